@@ -1,0 +1,42 @@
+"""Shared fixtures: where the real models and photos are, and the loopback-only ICE rule.
+
+Real models come from LIVEFUSE_MODELS (CI sets it); when unset, the checkout's sibling `shared/`
+is used if present, else tests that need them are skipped with the reason.
+"""
+
+import logging
+import os
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+_SHARED = REPO_ROOT.parent / "shared"
+
+
+def _dir_from_env(variable: str, fallback: Path) -> Path | None:
+    value = os.environ.get(variable)
+    if value:
+        return Path(value)
+    return fallback if fallback.is_dir() else None
+
+
+@pytest.fixture(scope="session")
+def models_dir() -> Path:
+    path = _dir_from_env("LIVEFUSE_MODELS", _SHARED / "models")
+    if path is None or not path.is_dir():
+        pytest.skip("real models not available: set LIVEFUSE_MODELS to a directory of model files")
+    return path
+
+
+@pytest.fixture(scope="session")
+def media_dir() -> Path:
+    path = _dir_from_env("LIVEFUSE_MEDIA", _SHARED / "media")
+    if path is None or not path.is_dir():
+        pytest.skip("test media not available: set LIVEFUSE_MEDIA to a directory of face photos")
+    return path
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if os.environ.get("DEBUG"):
+        logging.basicConfig(level=logging.DEBUG)
