@@ -14,3 +14,9 @@ class GpuUnavailableError(LivefuseError):
 
 class InvalidFrameError(LivefuseError, ValueError):
     """An array does not have the shape, dtype or layout an op requires."""
+
+
+class InvalidInputError(LivefuseError, ValueError):
+    """A user-supplied file or value cannot be used (unreadable, wrong format, too large)."""
+
+    exit_code = 2

@@ -1,0 +1,154 @@
+#!/usr/bin/env python3
+"""livefuse entry point: argument parsing, logging set-up, dispatch. Nothing else lives here.
+
+Each subcommand's work is a `run(args) -> int` function in its own package; this file is the only place
+that turns LivefuseError into a one-line message and an exit code.
+"""
+
+import argparse
+import importlib
+import logging
+import sys
+from typing import Callable
+
+# subcommand -> module whose `run(args) -> int` does the work (imported lazily: `models list` must not
+# pay for aiortc, and `swap` must not need a web stack)
+COMMANDS: dict[str, str] = {
+    "serve": "web.serve",
+    "camera": "streamer.camera",
+    "swap": "streamer.file_swap",
+    "models": "models.commands",
+    "bench": "streamer.bench",
+}
+
+EXIT_ERROR = 1
+EXIT_BAD_INPUT = 2
+
+
+def add_model_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--models-dir", help="directory with model files (else $LIVEFUSE_MODELS, else cache)")
+    parser.add_argument(
+        "--execution-provider", choices=("cpu", "cuda", "tensorrt"), default="cpu", help="ONNX Runtime provider"
+    )
+    parser.add_argument("--device-id", type=int, default=0, help="GPU index for cuda/tensorrt")
+
+
+def add_swap_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--engine", choices=("auto", "mesh", "inswapper"), default="auto")
+    parser.add_argument("--swapper-model", choices=("inswapper_128", "inswapper_128_fp16"), default="inswapper_128")
+    parser.add_argument("--detector", default="yunet_n", help="detector model name (yunet_n, scrfd_500m, ...)")
+    parser.add_argument("--face-selector", choices=("many", "one", "reference"), default="many")
+    parser.add_argument("--reference-face", help="image of the face to swap (with --face-selector reference)")
+    parser.add_argument("--reference-distance", type=float, default=0.6, help="max dlib distance to the reference")
+    parser.add_argument("--enhancer", action="store_true", help="run GFPGAN 1.4 on swapped faces")
+    parser.add_argument("--no-mouth-mask", action="store_true", help="do not keep the target's inner mouth")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="run_stream.py", description="livefuse: real-time face swap")
+    parser.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+    parser.add_argument("--log-format", default=None, choices=("json", "text"), help="default: json for serve")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run the WebRTC daemon")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8080)
+    serve.add_argument("--max-sessions", type=int, default=8)
+    serve.add_argument(
+        "--ice-address", action="append", default=[], help="host address offered as ICE candidate (repeatable)"
+    )
+    add_model_options(serve)
+    add_swap_options(serve)
+
+    camera = sub.add_parser("camera", help="local camera -> swap -> virtual camera")
+    camera.add_argument("--device", required=True, help="camera device (or a video file, looped)")
+    camera.add_argument("--source", required=True, help="source face image")
+    camera.add_argument("--virtual-cam", action="store_true")
+    camera.add_argument("--preview", action="store_true")
+    camera.add_argument("--width", type=int, default=1280)
+    camera.add_argument("--height", type=int, default=720)
+    camera.add_argument("--fps", type=int, default=30)
+    add_model_options(camera)
+    add_swap_options(camera)
+
+    swap = sub.add_parser("swap", help="swap faces in an image or a video file")
+    swap.add_argument("--source", required=True, help="source face image")
+    swap.add_argument("--target", required=True, help="target image or video")
+    swap.add_argument("--output", required=True, help="output image or video")
+    add_model_options(swap)
+    add_swap_options(swap)
+
+    models = sub.add_parser("models", help="list, verify or fetch model files")
+    models_sub = models.add_subparsers(dest="models_command", required=True)
+    models_sub.add_parser("list", help="known models and whether their files are present")
+    verify = models_sub.add_parser("verify", help="check sha256 of present model files")
+    verify.add_argument("names", nargs="*", help="model names (default: all present)")
+    fetch = models_sub.add_parser("fetch", help="download a model (resumes, verifies)")
+    fetch.add_argument("names", nargs="+", help="model names")
+    fetch.add_argument("--url", help="download from this URL instead of the registry's")
+    for p in (models, verify, fetch):
+        p.add_argument("--models-dir", help="directory with model files (else $LIVEFUSE_MODELS, else cache)")
+
+    bench = sub.add_parser("bench", help="measure per-stage timings and latency")
+    bench.add_argument("--live", action="store_true", help="loopback WebRTC glass-to-glass latency")
+    bench.add_argument("--soak", action="store_true", help="10 minute multi-session soak")
+    bench.add_argument("--seconds", type=float, default=None, help="duration override")
+    bench.add_argument("--frames", type=int, default=200)
+    bench.add_argument("--width", type=int, default=640)
+    bench.add_argument("--height", type=int, default=480)
+    bench.add_argument("--media-dir", help="directory with face photos to use as frames and sources")
+    add_model_options(bench)
+    add_swap_options(bench)
+    return parser
+
+
+class _JsonFormatter(logging.Formatter):
+    """One JSON object per line; `extra=` fields (session_id, event, latency_ms...) become keys."""
+
+    _STANDARD = set(logging.makeLogRecord({}).__dict__) | {"message", "asctime"}
+
+    def format(self, record: logging.LogRecord) -> str:
+        import json
+
+        entry: dict[str, object] = {
+            "ts": round(record.created, 3),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        for key, value in record.__dict__.items():
+            if key not in self._STANDARD and not key.startswith("_"):
+                entry[key] = value
+        if record.exc_info:
+            entry["exc"] = self.formatException(record.exc_info)
+        return json.dumps(entry, default=str)
+
+
+def configure_logging(level: str, log_format: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    if log_format == "json":
+        handler.setFormatter(_JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=level, handlers=[handler], force=True)
+    for noisy in ("aioice", "aiortc", "aiohttp.access"):
+        logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLevelName(level)))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    configure_logging(args.log_level, args.log_format or ("json" if args.command == "serve" else "text"))
+    from gpu_ops.errors import LivefuseError
+
+    run: Callable[[argparse.Namespace], int] = importlib.import_module(COMMANDS[args.command]).run
+    try:
+        return run(args)
+    except LivefuseError as error:
+        sys.stderr.write(f"error: {error}\n")
+        return getattr(error, "exit_code", EXIT_ERROR)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
