@@ -28,18 +28,27 @@ EXIT_BAD_INPUT = 2
 def add_model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--models-dir", help="directory with model files (else $LIVEFUSE_MODELS, else cache)")
     parser.add_argument(
-        "--execution-provider", choices=("cpu", "cuda", "tensorrt"), default="cpu", help="ONNX Runtime provider"
+        "--execution-provider",
+        choices=("cpu", "cuda", "tensorrt"),
+        default="cpu",
+        help="ONNX Runtime provider",
     )
     parser.add_argument("--device-id", type=int, default=0, help="GPU index for cuda/tensorrt")
 
 
 def add_swap_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--engine", choices=("auto", "mesh", "inswapper"), default="auto")
-    parser.add_argument("--swapper-model", choices=("inswapper_128", "inswapper_128_fp16"), default="inswapper_128")
-    parser.add_argument("--detector", default="yunet_n", help="detector model name (yunet_n, scrfd_500m, ...)")
+    parser.add_argument(
+        "--swapper-model", choices=("inswapper_128", "inswapper_128_fp16"), default="inswapper_128"
+    )
+    parser.add_argument(
+        "--detector", default="yunet_n", help="detector model name (yunet_n, scrfd_500m, ...)"
+    )
     parser.add_argument("--face-selector", choices=("many", "one", "reference"), default="many")
     parser.add_argument("--reference-face", help="image of the face to swap (with --face-selector reference)")
-    parser.add_argument("--reference-distance", type=float, default=0.6, help="max dlib distance to the reference")
+    parser.add_argument(
+        "--reference-distance", type=float, default=0.6, help="max dlib distance to the reference"
+    )
     parser.add_argument("--enhancer", action="store_true", help="run GFPGAN 1.4 on swapped faces")
     parser.add_argument("--no-mouth-mask", action="store_true", help="do not keep the target's inner mouth")
 
@@ -47,7 +56,9 @@ def add_swap_options(parser: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="run_stream.py", description="livefuse: real-time face swap")
     parser.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
-    parser.add_argument("--log-format", default=None, choices=("json", "text"), help="default: json for serve")
+    parser.add_argument(
+        "--log-format", default=None, choices=("json", "text"), help="default: json for serve"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="run the WebRTC daemon")
@@ -55,7 +66,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=8080)
     serve.add_argument("--max-sessions", type=int, default=8)
     serve.add_argument(
-        "--ice-address", action="append", default=[], help="host address offered as ICE candidate (repeatable)"
+        "--ice-address",
+        action="append",
+        default=[],
+        help="host address offered as ICE candidate (repeatable)",
     )
     add_model_options(serve)
     add_swap_options(serve)

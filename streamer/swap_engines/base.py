@@ -37,6 +37,8 @@ class SwapEngine(Protocol):
         """Analyse a source photo once; raise NoFaceError when it has no face."""
         ...
 
-    def swap(self, frame: Frame, faces: Sequence[TrackedFace], source: SourceFace, options: SwapOptions) -> Frame:
+    def swap(
+        self, frame: Frame, faces: Sequence[TrackedFace], source: SourceFace, options: SwapOptions
+    ) -> Frame:
         """Swap every given face in `frame` to `source`; pixels outside the faces' paste boxes stay as they were."""
         ...
