@@ -1,7 +1,8 @@
 """The contract every swap engine meets, so the pipeline never branches on which engine runs."""
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol, Sequence, get_args
+from typing import Literal, Protocol, get_args
 
 from gpu_ops.errors import LivefuseError
 from streamer.face import Frame, TrackedFace
@@ -14,6 +15,10 @@ class NoFaceError(LivefuseError):
     """The source image has no usable face."""
 
     exit_code = 2
+
+
+class EngineUnavailableError(LivefuseError):
+    """The requested engine is not loaded (its model files are missing or did not verify)."""
 
 
 @dataclass(frozen=True)

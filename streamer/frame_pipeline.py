@@ -1,0 +1,280 @@
+"""The per-frame pipeline every front end shares: track faces, select, swap with the chosen engine.
+
+Models are loaded once (`FramePipeline.load`) and owned here; the daemon's worker thread, the `swap`
+command and the benchmarks all call `process_batch`. Per-stream state (face tracks, smoothing) lives in a
+`StreamState` so one pipeline serves many streams. Not thread-safe: one worker thread calls it.
+"""
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Literal, get_args
+
+import numpy as np
+from models.detector import Detector
+from models.embedder import Embedder, identity_distance
+from models.landmarks import Landmarker
+from models.model_files import ModelStore
+from numpy.typing import NDArray
+
+from models.inference import ExecutionProvider, InferenceConfig
+from streamer.face import Frame, TrackedFace
+from streamer.face_selector import select_faces
+from streamer.face_tracker import FaceTracker, analyse_image
+from streamer.stage_timer import StageTimer
+from streamer.swap_engines.base import (
+    ENGINE_NAMES,
+    EngineName,
+    EngineUnavailableError,
+    NoFaceError,
+    SourceFace,
+    SwapEngine,
+    SwapOptions,
+)
+from streamer.swap_engines.inswapper import InswapperEngine
+from streamer.swap_engines.mesh import MeshEngine
+
+logger = logging.getLogger(__name__)
+
+EngineChoice = Literal["auto", "mesh", "inswapper"]
+FaceSelectorMode = Literal["many", "one", "reference"]
+ENGINE_CHOICES: tuple[EngineChoice, ...] = get_args(EngineChoice)
+FACE_SELECTOR_MODES: tuple[FaceSelectorMode, ...] = get_args(FaceSelectorMode)
+
+REFERENCE_EMBEDDER = "dlib_resnet_128"
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    """What to load. `engine` is the default for streams whose settings say "auto"."""
+
+    execution_provider: ExecutionProvider = "cpu"
+    device_id: int = 0
+    detector: str = "yunet_n"
+    landmarker: str = "facemesh_468"
+    engine: EngineChoice = "auto"
+    swapper_model: str = "inswapper_128"
+    enhancer_model: str = "gfpgan_1.4"
+    detect_every: int = 2
+    detection_width: int = 320
+    intra_op_threads: int = 0
+
+
+@dataclass(frozen=True)
+class SwapSettings:
+    """Per-stream choices; a new value applies from the next frame."""
+
+    engine: EngineChoice = "auto"
+    face_selector: FaceSelectorMode = "many"
+    reference_distance: float = 0.6
+    enhancer: bool = False
+    swap_enabled: bool = True
+    mouth_mask: bool = True
+
+
+@dataclass(frozen=True)
+class SourceIdentity:
+    """A source photo analysed for every loaded engine, so switching engines costs nothing per frame."""
+
+    per_engine: dict[str, SourceFace]
+    reference_embedding: NDArray[np.float32] | None = field(default=None, compare=False)
+
+
+@dataclass
+class StreamState:
+    """Tracking state of one video stream; only the worker thread touches it."""
+
+    tracker: FaceTracker
+    reference_embedding: NDArray[np.float32] | None = None
+    frames: int = 0
+
+
+@dataclass(frozen=True)
+class FrameJob:
+    frame: Frame
+    stream: StreamState
+    source: SourceIdentity | None
+    settings: SwapSettings
+
+
+class FramePipeline:
+    """Owns the sessions and engines; see module docstring."""
+
+    def __init__(
+        self,
+        config: PipelineConfig,
+        detector: Detector,
+        landmarker: Landmarker,
+        engines: dict[str, SwapEngine],
+        reference_embedder: Embedder | None,
+        providers: dict[str, str],
+    ) -> None:
+        self.config = config
+        self.detector = detector
+        self.landmarker = landmarker
+        self.engines = engines
+        self.reference_embedder = reference_embedder
+        self.providers = providers
+        self.default_engine: EngineName = _default_engine(config.engine, engines)
+        self.timer = StageTimer()
+
+    @classmethod
+    def load(cls, models_dir: Path, config: PipelineConfig) -> "FramePipeline":
+        """Verify and load every model the config needs (seconds); raise a LivefuseError naming the fix."""
+        store = ModelStore(models_dir)
+        inference = InferenceConfig(
+            execution_provider=config.execution_provider,
+            device_id=config.device_id,
+            intra_op_threads=config.intra_op_threads,
+        )
+        providers: dict[str, str] = {}
+
+        def session(name: str):  # type: ignore[no-untyped-def]
+            created = store.session(name, inference)
+            providers[name] = created.get_providers()[0]
+            return created
+
+        detector = Detector(session(config.detector), store.spec(config.detector))
+        landmarker = Landmarker(session(config.landmarker), store.spec(config.landmarker))
+        engines: dict[str, SwapEngine] = {"mesh": MeshEngine(detector, landmarker)}
+        inswapper_models = InswapperEngine.required_models(config.swapper_model)
+        missing = [name for name in inswapper_models if not store.is_available(name)]
+        if not missing:
+            engines["inswapper"] = InswapperEngine.from_store(store, inference, detector, config)
+        elif config.engine == "inswapper":
+            # asked for explicitly: let the store raise its precise "missing/wrong hash, fetch it" error
+            for name in missing:
+                store.path(name)
+        else:
+            logger.info("inswapper engine unavailable (%s not present or not verified)", ", ".join(missing))
+        reference_embedder = None
+        if store.is_available(REFERENCE_EMBEDDER):
+            reference_embedder = Embedder(session(REFERENCE_EMBEDDER), store.spec(REFERENCE_EMBEDDER))
+        pipeline = cls(config, detector, landmarker, engines, reference_embedder, providers)
+        logger.info(
+            "pipeline ready: engines %s, default %s (%s), providers %s",
+            sorted(engines),
+            pipeline.default_engine,
+            "asked for" if config.engine != "auto" else "auto: inswapper when its files verify, else mesh",
+            providers,
+        )
+        return pipeline
+
+    def engine_for(self, settings: SwapSettings) -> SwapEngine:
+        name = self.default_engine if settings.engine == "auto" else settings.engine
+        engine = self.engines.get(name)
+        if engine is None:
+            raise EngineUnavailableError(f"engine {name!r} is not loaded (available: {sorted(self.engines)})")
+        return engine
+
+    def prepare_source(self, image: Frame, settings: SwapSettings | None = None) -> SourceIdentity:
+        """Analyse a source photo for every loaded engine; NoFaceError when it has no face."""
+        per_engine = {name: engine.prepare_source(image) for name, engine in self.engines.items()}
+        return SourceIdentity(per_engine)
+
+    def reference_embedding(self, image: Frame) -> NDArray[np.float32]:
+        """Identity of the largest face of a reference photo, for `face_selector="reference"`."""
+        if self.reference_embedder is None:
+            raise NoFaceError(f"reference face selection needs the {REFERENCE_EMBEDDER} model")
+        faces = analyse_image(self.detector, None, image)
+        if not faces:
+            raise NoFaceError("the reference image has no face")
+        largest = max(faces, key=lambda face: face.area)
+        return self.reference_embedder.embed(image, largest.landmarks_5[None])[0]
+
+    def new_stream(self, reference_embedding: NDArray[np.float32] | None = None) -> StreamState:
+        tracker = FaceTracker(
+            self.detector,
+            self.landmarker,
+            detect_every=self.config.detect_every,
+            detection_width=self.config.detection_width,
+        )
+        return StreamState(tracker=tracker, reference_embedding=reference_embedding)
+
+    def process_batch(self, jobs: Sequence[FrameJob]) -> list[Frame]:
+        """Swap every job's frame; a job without source or with swap off comes back as it went."""
+        return [self.process(job) for job in jobs]
+
+    def process(self, job: FrameJob) -> Frame:
+        job.stream.frames += 1
+        if job.source is None or not job.settings.swap_enabled:
+            return job.frame
+        started = time.perf_counter()
+        faces = job.stream.tracker.track(job.frame)
+        tracked = time.perf_counter()
+        faces = self._select(job.frame, faces, job)
+        engine = self.engine_for(job.settings)
+        source = job.source.per_engine[engine.name]
+        options = SwapOptions(mouth_mask=job.settings.mouth_mask, enhance=job.settings.enhancer)
+        output = engine.swap(job.frame, faces, source, options) if faces else job.frame
+        finished = time.perf_counter()
+        self.timer.record("track", tracked - started)
+        self.timer.record("swap", finished - tracked)
+        self.timer.record("total", finished - started)
+        return output
+
+    def _select(self, frame: Frame, faces: list[TrackedFace], job: FrameJob) -> list[TrackedFace]:
+        mode = job.settings.face_selector
+        if mode != "reference":
+            return select_faces(faces, mode)
+        if job.stream.reference_embedding is None or self.reference_embedder is None or not faces:
+            return []
+        embeddings = self.reference_embedder.embed(frame, np.stack([face.landmarks_5 for face in faces]))
+        return select_faces(
+            faces,
+            "reference",
+            embeddings=embeddings,
+            reference_embedding=job.stream.reference_embedding,
+            reference_distance=job.settings.reference_distance,
+        )
+
+    def describe(self) -> dict[str, str]:
+        return {
+            "engines": ",".join(sorted(self.engines)),
+            "default_engine": self.default_engine,
+            "detector": self.config.detector,
+            "landmarker": self.config.landmarker,
+            "execution_provider": self.config.execution_provider,
+            "active_provider": ",".join(sorted(set(self.providers.values()))),
+        }
+
+
+def _default_engine(choice: EngineChoice, engines: dict[str, SwapEngine]) -> EngineName:
+    if choice != "auto":
+        return choice
+    return "inswapper" if "inswapper" in engines else "mesh"
+
+
+def settings_with(settings: SwapSettings, **changes: object) -> SwapSettings:
+    """A copy with validated changes; ValueError names the bad field (the REST layer maps it to 400)."""
+    allowed = {
+        "engine": ENGINE_CHOICES,
+        "face_selector": FACE_SELECTOR_MODES,
+    }
+    for key, value in changes.items():
+        if key not in SwapSettings.__dataclass_fields__:
+            raise ValueError(f"unknown setting {key!r}")
+        if key in allowed and value not in allowed[key]:
+            raise ValueError(f"{key} must be one of {list(allowed[key])}, got {value!r}")
+        if key in ("enhancer", "swap_enabled", "mouth_mask") and not isinstance(value, bool):
+            raise ValueError(f"{key} must be true or false, got {value!r}")
+        if key == "reference_distance" and (
+            isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 4
+        ):
+            raise ValueError(f"reference_distance must be a number in (0, 4), got {value!r}")
+    return replace(settings, **changes)  # type: ignore[arg-type]
+
+
+__all__ = [
+    "ENGINE_NAMES",
+    "FrameJob",
+    "FramePipeline",
+    "PipelineConfig",
+    "SourceIdentity",
+    "StreamState",
+    "SwapSettings",
+    "identity_distance",
+    "settings_with",
+]
