@@ -13,13 +13,13 @@ from pathlib import Path
 from typing import Literal, get_args
 
 import numpy as np
-from models.detector import Detector
 from models.embedder import Embedder, identity_distance
 from models.landmarks import Landmarker
-from models.model_files import ModelStore
 from numpy.typing import NDArray
 
+from models.detector import Detector
 from models.inference import ExecutionProvider, InferenceConfig
+from models.model_files import ModelStore
 from streamer.face import Frame, TrackedFace
 from streamer.face_selector import select_faces
 from streamer.face_tracker import FaceTracker, analyse_image
@@ -44,6 +44,7 @@ ENGINE_CHOICES: tuple[EngineChoice, ...] = get_args(EngineChoice)
 FACE_SELECTOR_MODES: tuple[FaceSelectorMode, ...] = get_args(FaceSelectorMode)
 
 REFERENCE_EMBEDDER = "dlib_resnet_128"
+Embedding = NDArray[np.float32]
 
 
 @dataclass(frozen=True)
@@ -79,7 +80,7 @@ class SourceIdentity:
     """A source photo analysed for every loaded engine, so switching engines costs nothing per frame."""
 
     per_engine: dict[str, SourceFace]
-    reference_embedding: NDArray[np.float32] | None = field(default=None, compare=False)
+    reference_embedding: Embedding | None = field(default=None, compare=False)
 
 
 @dataclass
@@ -87,7 +88,7 @@ class StreamState:
     """Tracking state of one video stream; only the worker thread touches it."""
 
     tracker: FaceTracker
-    reference_embedding: NDArray[np.float32] | None = None
+    reference_embedding: Embedding | None = None
     frames: int = 0
 
 
@@ -174,7 +175,7 @@ class FramePipeline:
         per_engine = {name: engine.prepare_source(image) for name, engine in self.engines.items()}
         return SourceIdentity(per_engine)
 
-    def reference_embedding(self, image: Frame) -> NDArray[np.float32]:
+    def reference_embedding(self, image: Frame) -> Embedding:
         """Identity of the largest face of a reference photo, for `face_selector="reference"`."""
         if self.reference_embedder is None:
             raise NoFaceError(f"reference face selection needs the {REFERENCE_EMBEDDER} model")
@@ -184,11 +185,14 @@ class FramePipeline:
         largest = max(faces, key=lambda face: face.area)
         return self.reference_embedder.embed(image, largest.landmarks_5[None])[0]
 
-    def new_stream(self, reference_embedding: NDArray[np.float32] | None = None) -> StreamState:
+    def new_stream(
+        self, reference_embedding: Embedding | None = None, detect_every: int | None = None
+    ) -> StreamState:
+        """Tracking state for one stream; `detect_every=1` for stills (every call is a new picture)."""
         tracker = FaceTracker(
             self.detector,
             self.landmarker,
-            detect_every=self.config.detect_every,
+            detect_every=detect_every or self.config.detect_every,
             detection_width=self.config.detection_width,
         )
         return StreamState(tracker=tracker, reference_embedding=reference_embedding)
