@@ -1,0 +1,450 @@
+// livefuse page: camera -> stamped canvas -> WebRTC -> daemon (face swap) -> swapped video back,
+// with a source-photo upload, live settings and stats. Standard APIs only (current Chrome and Firefox).
+import { apiFetch } from './api.js';
+import { LatencyWindow, StampReader, stampAge, stampNow, writeStamp } from './stamp.js';
+
+const CAPTURE_FPS = 30;
+const ICE_GATHERING_TIMEOUT_MS = 5000;
+const STATS_INTERVAL_MS = 1000;
+const MAX_PLAUSIBLE_LATENCY_MS = 10000; // older readings are a misread or a frozen stream
+const SETTING_NAMES = ['engine', 'face_selector', 'enhancer', 'swap_enabled', 'mouth_mask'];
+
+const $ = (id) => document.getElementById(id);
+const ui = {
+  start: $('start-button'),
+  stop: $('stop-button'),
+  callState: $('call-state'),
+  errorBanner: $('error-banner'),
+  errorText: $('error-text'),
+  localVideo: $('local-video'),
+  remoteVideo: $('remote-video'),
+  sendCanvas: $('send-canvas'),
+  sourceDrop: $('source-drop'),
+  sourceInput: $('source-input'),
+  sourceThumb: $('source-thumb'),
+  sourceHint: $('source-hint'),
+  sourceStatus: $('source-status'),
+  sourceClear: $('source-clear'),
+  settingsForm: $('settings-form'),
+};
+
+// Everything one call owns; replaced on each start so a stopped call cannot leak into the next.
+let call = null;
+let sourceFile = null;
+const dirtySettings = {}; // settings the user changed before a session existed
+const latency = new LatencyWindow();
+const stampReader = new StampReader($('stamp-canvas'));
+
+// Read by the browser test and handy in the console.
+window.livefuse = { latency, stats: {}, server: null, sessionId: null };
+
+// ---- feedback ------------------------------------------------------------------------------------
+
+function showError(message) {
+  ui.errorText.textContent = message;
+  ui.errorBanner.hidden = false;
+  console.error('livefuse:', message);
+}
+
+function clearError() {
+  ui.errorBanner.hidden = true;
+  ui.errorText.textContent = '';
+}
+
+function setCallState(state) {
+  ui.callState.textContent = state;
+  ui.callState.dataset.state = state;
+  const active = !['idle', 'failed', 'closed'].includes(state);
+  ui.start.disabled = active;
+  ui.stop.disabled = !active;
+}
+
+function setStat(id, text) {
+  $(id).textContent = text;
+}
+
+function cameraErrorMessage(error) {
+  switch (error.name) {
+    case 'NotAllowedError':
+      return 'Camera permission was denied: allow camera access for this page and press Start again.';
+    case 'NotFoundError':
+    case 'OverconstrainedError':
+      return 'No usable camera was found.';
+    case 'NotReadableError':
+      return 'The camera is in use by another application.';
+    default:
+      return `Cannot open the camera: ${error.message || error.name}`;
+  }
+}
+
+// ---- frame loops ---------------------------------------------------------------------------------
+
+/** Calls `onFrame` once per new video frame (requestVideoFrameCallback), else once per display frame. */
+function everyVideoFrame(video, onFrame) {
+  let stopped = false;
+  const hasFrameCallback = 'requestVideoFrameCallback' in HTMLVideoElement.prototype;
+  const schedule = () => {
+    if (stopped) return;
+    if (hasFrameCallback) {
+      video.requestVideoFrameCallback(tick);
+    } else {
+      requestAnimationFrame(tick);
+    }
+  };
+  const tick = () => {
+    if (stopped) return;
+    onFrame();
+    schedule();
+  };
+  schedule();
+  return () => {
+    stopped = true;
+  };
+}
+
+/** Draws each camera frame into the send canvas and stamps it with the current clock. */
+function startStamping(video, canvas) {
+  canvas.width = video.videoWidth;
+  canvas.height = video.videoHeight;
+  const context = canvas.getContext('2d');
+  return everyVideoFrame(video, () => {
+    context.drawImage(video, 0, 0, canvas.width, canvas.height);
+    writeStamp(context, stampNow());
+  });
+}
+
+/** Reads the stamp of each received frame; one latency sample per distinct stamp. */
+function startLatencyReadout(video, sentWidth, sentHeight) {
+  let lastStamp = null;
+  return everyVideoFrame(video, () => {
+    const stamp = stampReader.read(video, sentWidth, sentHeight);
+    if (stamp === null || stamp === lastStamp) return;
+    lastStamp = stamp;
+    const age = stampAge(stamp);
+    if (age < MAX_PLAUSIBLE_LATENCY_MS) {
+      latency.add(age);
+    }
+  });
+}
+
+// ---- WebRTC --------------------------------------------------------------------------------------
+
+function preferVp8(transceiver) {
+  if (!transceiver.setCodecPreferences || !RTCRtpReceiver.getCapabilities) return;
+  const codecs = RTCRtpReceiver.getCapabilities('video')?.codecs ?? [];
+  const isVp8 = (codec) => codec.mimeType.toLowerCase() === 'video/vp8';
+  const ordered = [...codecs.filter(isVp8), ...codecs.filter((codec) => !isVp8(codec))];
+  if (ordered.length && isVp8(ordered[0])) {
+    transceiver.setCodecPreferences(ordered);
+  }
+}
+
+/** Without this Chrome trades resolution for frame rate and the server sees 480x360. */
+async function maintainResolution(sender) {
+  try {
+    const parameters = sender.getParameters();
+    parameters.degradationPreference = 'maintain-resolution';
+    await sender.setParameters(parameters);
+  } catch (error) {
+    console.warn('livefuse: degradationPreference not supported here:', error);
+  }
+}
+
+function iceGatheringComplete(pc) {
+  if (pc.iceGatheringState === 'complete') return Promise.resolve();
+  return new Promise((resolve) => {
+    const timer = setTimeout(done, ICE_GATHERING_TIMEOUT_MS);
+    function done() {
+      clearTimeout(timer);
+      pc.removeEventListener('icegatheringstatechange', onChange);
+      resolve();
+    }
+    function onChange() {
+      if (pc.iceGatheringState === 'complete') done();
+    }
+    pc.addEventListener('icegatheringstatechange', onChange);
+  });
+}
+
+async function openCamera() {
+  try {
+    return await navigator.mediaDevices.getUserMedia({
+      audio: false,
+      video: { width: { ideal: 640 }, height: { ideal: 480 }, frameRate: { ideal: CAPTURE_FPS } },
+    });
+  } catch (error) {
+    throw new Error(cameraErrorMessage(error));
+  }
+}
+
+async function startCall() {
+  if (call) await stopCall(); // a failed call still holds its camera and session
+  clearError();
+  setCallState('starting');
+  const current = { pc: null, camera: null, sessionId: null, stoppers: [], timer: null, previous: {} };
+  call = current;
+  try {
+    current.camera = await openCamera();
+    ui.localVideo.srcObject = current.camera;
+    await ui.localVideo.play();
+    if (!ui.localVideo.videoWidth) {
+      await new Promise((resolve) => ui.localVideo.addEventListener('loadedmetadata', resolve, { once: true }));
+    }
+    current.stoppers.push(startStamping(ui.localVideo, ui.sendCanvas));
+    const sentWidth = ui.sendCanvas.width;
+    const sentHeight = ui.sendCanvas.height;
+    const outgoing = ui.sendCanvas.captureStream(CAPTURE_FPS);
+
+    const pc = new RTCPeerConnection({ iceServers: [] });
+    current.pc = pc;
+    const transceiver = pc.addTransceiver(outgoing.getVideoTracks()[0], {
+      direction: 'sendrecv',
+      streams: [outgoing],
+    });
+    preferVp8(transceiver);
+    pc.addEventListener('track', (event) => {
+      ui.remoteVideo.srcObject = event.streams[0] ?? new MediaStream([event.track]);
+      current.stoppers.push(startLatencyReadout(ui.remoteVideo, sentWidth, sentHeight));
+    });
+    pc.addEventListener('connectionstatechange', () => {
+      if (call !== current) return;
+      setCallState(pc.connectionState);
+      if (pc.connectionState === 'failed') {
+        showError('The connection to the server failed (ICE/DTLS). Press Stop, then Start to retry.');
+      }
+    });
+
+    await pc.setLocalDescription(await pc.createOffer());
+    await iceGatheringComplete(pc);
+    await maintainResolution(transceiver.sender);
+    const answer = await apiFetch('/api/sessions', {
+      method: 'POST',
+      json: { sdp: pc.localDescription.sdp, type: 'offer' },
+    });
+    current.sessionId = answer.id;
+    window.livefuse.sessionId = answer.id;
+    await pc.setRemoteDescription({ type: answer.type, sdp: answer.sdp });
+    if (call !== current) return; // stopped while we waited
+    setCallState(pc.connectionState === 'new' ? 'connecting' : pc.connectionState);
+    current.timer = setInterval(() => refreshStats(current), STATS_INTERVAL_MS);
+    await syncSettings(current);
+    if (sourceFile) await uploadSource(sourceFile);
+  } catch (error) {
+    showError(error.message);
+    if (call === current) await stopCall();
+  }
+}
+
+async function stopCall() {
+  const current = call;
+  call = null;
+  setCallState('idle');
+  if (!current) return;
+  clearInterval(current.timer);
+  current.stoppers.forEach((stop) => stop());
+  if (current.sessionId) {
+    try {
+      await apiFetch(`/api/sessions/${current.sessionId}`, { method: 'DELETE' });
+    } catch (error) {
+      if (error.status !== 404) showError(error.message);
+    }
+  }
+  current.pc?.close();
+  current.camera?.getTracks().forEach((track) => track.stop());
+  ui.localVideo.srcObject = null;
+  ui.remoteVideo.srcObject = null;
+  window.livefuse.sessionId = null;
+  latency.clear();
+}
+
+// ---- stats ---------------------------------------------------------------------------------------
+
+function perSecond(now, before, key) {
+  if (!before || now[key] === undefined || before[key] === undefined) return null;
+  const seconds = (now.timestamp - before.timestamp) / 1000;
+  return seconds > 0 ? (now[key] - before[key]) / seconds : null;
+}
+
+const fmt = (value, digits = 0, unit = '') => (value === null || value === undefined ? '–' : `${value.toFixed(digits)}${unit}`);
+
+async function refreshStats(current) {
+  if (!current.pc) return;
+  let inbound = null;
+  let outbound = null;
+  (await current.pc.getStats()).forEach((report) => {
+    if (report.kind !== 'video' && report.mediaType !== 'video') return;
+    if (report.type === 'inbound-rtp') inbound = report;
+    if (report.type === 'outbound-rtp') outbound = report;
+  });
+  const { previous } = current;
+  const fpsSent = outbound?.framesPerSecond ?? perSecond(outbound ?? {}, previous.outbound, 'framesEncoded');
+  const fpsReceived = inbound?.framesPerSecond ?? perSecond(inbound ?? {}, previous.inbound, 'framesDecoded');
+  const bitsIn = perSecond(inbound ?? {}, previous.inbound, 'bytesReceived');
+  const bitsOut = perSecond(outbound ?? {}, previous.outbound, 'bytesSent');
+  let jitterMs = null;
+  if (inbound && previous.inbound && inbound.jitterBufferEmittedCount > previous.inbound.jitterBufferEmittedCount) {
+    const delay = inbound.jitterBufferDelay - previous.inbound.jitterBufferDelay;
+    jitterMs = (1000 * delay) / (inbound.jitterBufferEmittedCount - previous.inbound.jitterBufferEmittedCount);
+  }
+  current.previous = { inbound, outbound };
+  const p50 = latency.percentile(0.5);
+  const p95 = latency.percentile(0.95);
+  window.livefuse.stats = {
+    fpsSent, fpsReceived, framesDecoded: inbound?.framesDecoded ?? 0, jitterMs, latencyP50: p50, latencyP95: p95,
+  };
+  setStat('stat-latency', p50 === null ? '–' : `${fmt(p50)} / ${fmt(p95)} ms`);
+  setStat('stat-fps', `${fmt(fpsSent, 1)} / ${fmt(fpsReceived, 1)}`);
+  setStat('stat-frames-decoded', String(inbound?.framesDecoded ?? 0));
+  setStat('stat-bitrate', `${fmt(bitsIn && (bitsIn * 8) / 1000)} / ${fmt(bitsOut && (bitsOut * 8) / 1000)} kbit/s`);
+  setStat('stat-jitter', fmt(jitterMs, 1, ' ms'));
+  await refreshServerStats(current);
+}
+
+function formatProcessing(value) {
+  if (typeof value === 'number') return fmt(value, 1, ' ms');
+  if (value && typeof value === 'object') {
+    return Object.entries(value).map(([key, ms]) => `${key} ${fmt(ms, 1)}`).join(', ') + ' ms';
+  }
+  return '–';
+}
+
+async function refreshServerStats(current) {
+  if (!current.sessionId) return;
+  try {
+    const server = await apiFetch(`/api/sessions/${current.sessionId}`);
+    if (call !== current) return;
+    window.livefuse.server = server;
+    setStat('stat-server-frames', `${server.frames_in} / ${server.frames_out} / ${server.frames_dropped}`);
+    setStat('stat-server-fps', `${fmt(server.fps_in, 1)} / ${fmt(server.fps_out, 1)}`);
+    setStat('stat-processing', formatProcessing(server.processing_ms));
+  } catch (error) {
+    if (call === current) showError(error.message);
+  }
+}
+
+// ---- source photo --------------------------------------------------------------------------------
+
+function chooseSource(file) {
+  if (!file) return;
+  if (!file.type.startsWith('image/')) {
+    showError(`"${file.name}" is not an image.`);
+    return;
+  }
+  clearError();
+  sourceFile = file;
+  if (ui.sourceThumb.src) URL.revokeObjectURL(ui.sourceThumb.src);
+  ui.sourceThumb.src = URL.createObjectURL(file);
+  ui.sourceThumb.hidden = false;
+  ui.sourceHint.hidden = true;
+  ui.sourceClear.disabled = false;
+  if (call?.sessionId) {
+    uploadSource(file);
+  } else {
+    ui.sourceStatus.textContent = 'will be sent when the call starts';
+  }
+}
+
+async function uploadSource(file) {
+  const sessionId = call?.sessionId;
+  if (!sessionId) return;
+  ui.sourceStatus.textContent = 'uploading…';
+  try {
+    const answer = await apiFetch(`/api/sessions/${sessionId}/source`, {
+      method: 'PUT',
+      body: file,
+      contentType: file.type,
+    });
+    const { width, height } = answer.source;
+    ui.sourceStatus.textContent = `source set (${width}x${height})`;
+    ui.sourceStatus.dataset.state = 'set';
+  } catch (error) {
+    ui.sourceStatus.textContent = 'not accepted';
+    ui.sourceStatus.dataset.state = 'rejected';
+    showError(error.status === 422 ? `No face found in "${file.name}": ${error.message}` : error.message);
+  }
+}
+
+async function clearSource() {
+  sourceFile = null;
+  ui.sourceInput.value = '';
+  ui.sourceThumb.hidden = true;
+  ui.sourceHint.hidden = false;
+  ui.sourceClear.disabled = true;
+  ui.sourceStatus.textContent = '';
+  delete ui.sourceStatus.dataset.state;
+  if (!call?.sessionId) return;
+  try {
+    await apiFetch(`/api/sessions/${call.sessionId}/source`, { method: 'DELETE' });
+  } catch (error) {
+    showError(error.message);
+  }
+}
+
+// ---- settings ------------------------------------------------------------------------------------
+
+function readSetting(name) {
+  const field = ui.settingsForm.elements[name];
+  return field.type === 'checkbox' ? field.checked : field.value;
+}
+
+function showSettings(settings) {
+  for (const name of SETTING_NAMES) {
+    const field = ui.settingsForm.elements[name];
+    if (!(name in settings)) continue;
+    if (field.type === 'checkbox') {
+      field.checked = Boolean(settings[name]);
+    } else {
+      field.value = settings[name];
+    }
+  }
+}
+
+async function patchSettings(sessionId, changes) {
+  try {
+    showSettings(await apiFetch(`/api/sessions/${sessionId}/settings`, { method: 'PATCH', json: changes }));
+  } catch (error) {
+    showError(error.message);
+  }
+}
+
+/** On a new session: the server's defaults win, except what the user changed before starting. */
+async function syncSettings(current) {
+  if (Object.keys(dirtySettings).length) {
+    await patchSettings(current.sessionId, { ...dirtySettings });
+  } else {
+    const session = await apiFetch(`/api/sessions/${current.sessionId}`);
+    if (session?.settings) showSettings(session.settings);
+  }
+}
+
+function onSettingChanged(event) {
+  const name = event.target.name;
+  if (!SETTING_NAMES.includes(name)) return;
+  const value = readSetting(name);
+  dirtySettings[name] = value;
+  if (call?.sessionId) patchSettings(call.sessionId, { [name]: value });
+}
+
+// ---- wiring --------------------------------------------------------------------------------------
+
+ui.start.addEventListener('click', startCall);
+ui.stop.addEventListener('click', stopCall);
+$('error-dismiss').addEventListener('click', clearError);
+ui.settingsForm.addEventListener('change', onSettingChanged);
+ui.sourceInput.addEventListener('change', () => chooseSource(ui.sourceInput.files[0]));
+ui.sourceClear.addEventListener('click', clearSource);
+ui.sourceDrop.addEventListener('dragover', (event) => {
+  event.preventDefault();
+  ui.sourceDrop.classList.add('dragging');
+});
+ui.sourceDrop.addEventListener('dragleave', () => ui.sourceDrop.classList.remove('dragging'));
+ui.sourceDrop.addEventListener('drop', (event) => {
+  event.preventDefault();
+  ui.sourceDrop.classList.remove('dragging');
+  chooseSource(event.dataTransfer.files[0]);
+});
+window.addEventListener('pagehide', () => {
+  // the server would notice the dead peer eventually; tell it now so the session slot frees at once
+  if (call?.sessionId) apiFetch(`/api/sessions/${call.sessionId}`, { method: 'DELETE', keepalive: true }).catch(() => {});
+});
+setCallState('idle');
