@@ -1,0 +1,144 @@
+"""`run_stream.py bench`: per-stage CPU timings of the real pipeline on a moving 640x480 face.
+
+`--live` (loopback WebRTC glass-to-glass) and `--soak` (sessions joining and leaving) live in their own
+modules; this one measures the frame pipeline alone, with the same cadence settings the daemon uses.
+"""
+
+import argparse
+import json
+import logging
+import os
+import platform
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import cv2
+import numpy as np
+
+from gpu_ops.errors import InvalidInputError
+from models.model_files import resolve_models_dir
+from streamer.face import Frame
+from streamer.file_swap import pipeline_config_from_args, settings_from_args
+from streamer.frame_pipeline import FrameJob, FramePipeline
+from streamer.image_input import read_image_file
+from streamer.stage_timer import StageTimer
+
+logger = logging.getLogger(__name__)
+
+TARGET_PHOTO = "fr_obama.jpg"
+SOURCE_PHOTO = "fr_biden2.jpg"
+
+
+class TimedCalls:
+    """Wraps one method of a model object so each call lands in a StageTimer stage."""
+
+    def __init__(self, wrapped: Any, method: str, timer: StageTimer, stage: str) -> None:
+        self._wrapped = wrapped
+        self._method: Callable[..., Any] = getattr(wrapped, method)
+        self._name = method
+        self._timer = timer
+        self._stage = stage
+
+    def __getattr__(self, name: str) -> Any:
+        if name == self._name:
+            return self._timed
+        return getattr(self._wrapped, name)
+
+    def _timed(self, *args: Any, **kwargs: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            return self._method(*args, **kwargs)
+        finally:
+            self._timer.record(self._stage, time.perf_counter() - started)
+
+
+def media_dir_from_args(args: argparse.Namespace) -> Path:
+    value = args.media_dir or os.environ.get("LIVEFUSE_MEDIA")
+    if not value:
+        raise InvalidInputError("bench needs face photos: pass --media-dir DIR or set LIVEFUSE_MEDIA")
+    return Path(value)
+
+
+def moving_face_frames(photo: Frame, width: int, height: int, count: int) -> list[Frame]:
+    """`count` frames of the photo scaled to fill width x height, panning a few px per frame like a webcam."""
+    scale = max(width / photo.shape[1], height / photo.shape[0]) * 1.1
+    scaled = cv2.resize(photo, None, fx=scale, fy=scale, interpolation=cv2.INTER_AREA)
+    spare_x, spare_y = scaled.shape[1] - width, scaled.shape[0] - height
+    frames = []
+    for index in range(count):
+        phase = 2 * np.pi * index / 90.0
+        x = int(spare_x / 2 + spare_x / 2 * 0.8 * np.sin(phase))
+        y = int(spare_y / 2 + spare_y / 2 * 0.5 * np.cos(phase))
+        frames.append(np.ascontiguousarray(scaled[y : y + height, x : x + width]))
+    return frames
+
+
+def measure_pipeline(
+    pipeline: FramePipeline, frames: list[Frame], source_photo: Frame, args: argparse.Namespace
+) -> dict[str, Any]:
+    timer = StageTimer()
+    pipeline.detector = TimedCalls(pipeline.detector, "detect", timer, "detect")  # type: ignore[assignment]
+    pipeline.landmarker = TimedCalls(pipeline.landmarker, "detect", timer, "landmarks")  # type: ignore[assignment]
+    settings = settings_from_args(args)
+    source = pipeline.prepare_source(source_photo, settings)
+    engine = pipeline.engine_for(settings)
+    stream = pipeline.new_stream()
+    for frame in frames[:10]:  # warm-up: ORT's first runs allocate
+        pipeline.process(FrameJob(frame.copy(), stream, source, settings))
+    timer.reset()
+    pipeline.timer.reset()
+    engine_timer = getattr(engine, "timer", None)
+    if isinstance(engine_timer, StageTimer):
+        engine_timer.reset()
+    started = time.perf_counter()
+    for frame in frames:
+        pipeline.process(FrameJob(frame.copy(), stream, source, settings))
+    elapsed = time.perf_counter() - started
+    stages = {s.stage: s for s in timer.summary()}
+    stages.update({s.stage: s for s in pipeline.timer.summary() if s.stage in ("swap", "total")})
+    if isinstance(engine_timer, StageTimer):
+        stages.update({s.stage: s for s in engine_timer.summary()})
+    return {
+        "engine": engine.name,
+        "frames": len(frames),
+        "fps": len(frames) / elapsed,
+        "stages": {name: vars(summary) for name, summary in stages.items()},
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.live:
+        from streamer.live_bench import run_live
+
+        return run_live(args)
+    if args.soak:
+        from streamer.soak_bench import run_soak
+
+        return run_soak(args)
+    media = media_dir_from_args(args)
+    pipeline = FramePipeline.load(resolve_models_dir(args.models_dir), pipeline_config_from_args(args))
+    frames = moving_face_frames(read_image_file(media / TARGET_PHOTO), args.width, args.height, args.frames)
+    result = measure_pipeline(pipeline, frames, read_image_file(media / SOURCE_PHOTO), args)
+    result.update(
+        machine=f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
+        size=f"{args.width}x{args.height}",
+        detect_every=pipeline.config.detect_every,
+        detection_width=pipeline.config.detection_width,
+    )
+    lines = [
+        f"engine {result['engine']}  {result['size']}  1 face  detection every {result['detect_every']} frames "
+        f"at {result['detection_width']} px wide  {result['frames']} frames",
+        f"{'stage':<12}{'calls':>7}{'mean ms':>10}{'p50 ms':>9}{'p95 ms':>9}",
+    ]
+    for name, stage in result["stages"].items():
+        lines.append(
+            f"{name:<12}{stage['count']:>7}{stage['mean_ms']:>10.2f}{stage['p50_ms']:>9.2f}{stage['p95_ms']:>9.2f}"
+        )
+    lines.append(f"throughput: {result['fps']:.1f} frames/s")
+    sys.stdout.write("\n".join(lines) + "\n")
+    if getattr(args, "output", None):
+        Path(args.output).write_text(json.dumps(result, indent=2))
+    return 0
