@@ -128,9 +128,12 @@ def run(args: argparse.Namespace) -> int:
         detect_every=pipeline.config.detect_every,
         detection_width=pipeline.config.detection_width,
     )
-    lines = [
+    header = (
         f"engine {result['engine']}  {result['size']}  1 face  detection every {result['detect_every']} frames "
-        f"at {result['detection_width']} px wide  {result['frames']} frames",
+        f"at {result['detection_width']} px wide  {result['frames']} frames"
+    )
+    lines = [
+        header,
         f"{'stage':<12}{'calls':>7}{'mean ms':>10}{'p50 ms':>9}{'p95 ms':>9}",
     ]
     for name, stage in result["stages"].items():
