@@ -94,14 +94,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     models = sub.add_parser("models", help="list, verify or fetch model files")
     models_sub = models.add_subparsers(dest="models_command", required=True)
-    models_sub.add_parser("list", help="known models and whether their files are present")
+    models_list = models_sub.add_parser("list", help="known models and whether their files are present")
     verify = models_sub.add_parser("verify", help="check sha256 of present model files")
     verify.add_argument("names", nargs="*", help="model names (default: all present)")
     fetch = models_sub.add_parser("fetch", help="download a model (resumes, verifies)")
     fetch.add_argument("names", nargs="+", help="model names")
     fetch.add_argument("--url", help="download from this URL instead of the registry's")
-    for p in (models, verify, fetch):
-        p.add_argument("--models-dir", help="directory with model files (else $LIVEFUSE_MODELS, else cache)")
+    fetch.add_argument("--stall-timeout", type=float, help="seconds without data before giving up (default 30)")
+    pin = models_sub.add_parser("pin", help="record the sha256 of a copied-in model that has no registered hash")
+    pin.add_argument("names", nargs="+", help="model names")
+    models_dir_help = "directory with model files (else $LIVEFUSE_MODELS, else cache)"
+    models.add_argument("--models-dir", help=models_dir_help)
+    for p in (models_list, verify, fetch, pin):  # SUPPRESS: an absent flag must not clobber `models --models-dir`
+        p.add_argument("--models-dir", default=argparse.SUPPRESS, help=models_dir_help)
 
     bench = sub.add_parser("bench", help="measure per-stage timings and latency")
     bench.add_argument("--live", action="store_true", help="loopback WebRTC glass-to-glass latency")
