@@ -118,9 +118,10 @@ def postprocess_pfld(
 
 Postprocess = Callable[[Sequence[FloatArray], NDArray[np.float64], int], FaceLandmarks]
 
-_VARIANTS: dict[str, tuple[CropRule, Postprocess]] = {
-    "facemesh": (CropRule(box_scale=1.5, align_eyes=True), postprocess_facemesh),
-    "pfld": (CropRule(box_scale=1.1, align_eyes=False), postprocess_pfld),
+# decoder key -> (crop rule, output decoder, points per face); the one place a variant is chosen
+_VARIANTS: dict[str, tuple[CropRule, Postprocess, int]] = {
+    "facemesh": (CropRule(box_scale=1.5, align_eyes=True), postprocess_facemesh, 468),
+    "pfld": (CropRule(box_scale=1.1, align_eyes=False), postprocess_pfld, 68),
 }
 
 
@@ -137,17 +138,13 @@ class Landmarker:
             )
         check_contract(session, spec)
         self.spec = spec
-        self.crop_rule, self._postprocess = variant
+        self.crop_rule, self._postprocess, self.point_count = variant
         self.crop_size = spec.input_size[0]
         self._session = session
         self._input_name = spec.inputs[0].name
         self._output_names = [tensor.name for tensor in spec.outputs]
         batch_dim = session.get_inputs()[0].shape[0]
         self._max_batch = batch_dim if isinstance(batch_dim, int) else None
-
-    @property
-    def point_count(self) -> int:
-        return 468 if self.spec.decoder == "facemesh" else 68
 
     def forward(self, tensor: FloatArray) -> list[FloatArray]:
         """Run the session, in chunks of the file's fixed batch size when it has one."""
