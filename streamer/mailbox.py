@@ -15,7 +15,7 @@ class FrameMailbox(Generic[Item]):
     def __init__(self, on_put: Callable[[], None] | None = None) -> None:
         self._lock = threading.Lock()
         self._item: Item | None = None
-        self._on_put = on_put
+        self.on_put = on_put  # settable: the worker plugs its wake-up in when the lane attaches
         self.posted = 0
         self.dropped = 0
         self.taken = 0
@@ -28,8 +28,8 @@ class FrameMailbox(Generic[Item]):
             self.posted += 1
             if dropped:
                 self.dropped += 1
-        if self._on_put is not None:
-            self._on_put()
+        if self.on_put is not None:
+            self.on_put()
         return dropped
 
     def take(self) -> Item | None:

@@ -1,0 +1,124 @@
+"""A pipeline look-alike for daemon tests: same surface as `streamer.frame_pipeline.FramePipeline`,
+no models. A "swap" paints the source's colour (derived from its pixels' sha256) into a fixed face box,
+so tests can tell exactly which source each session's frames were swapped to, and `delay_s` makes it
+as slow as a test needs (overload, /health under load).
+"""
+
+import hashlib
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from streamer.face import Frame
+from streamer.pipeline_binding import PipelineBinding
+from streamer.swap_engines.base import NoFaceError
+
+# the fake's "face": a box in the middle of the frame, clear of the stamp strip at the top
+FACE_BOX_FRACTIONS = (0.35, 0.3, 0.65, 0.7)  # x1, y1, x2, y2 as fractions of width/height
+
+
+@dataclass(frozen=True)
+class FakeSwapSettings:
+    engine: str = "auto"
+    face_selector: str = "many"
+    reference_distance: float = 0.6
+    enhancer: bool = False
+    swap_enabled: bool = True
+    mouth_mask: bool = True
+
+
+@dataclass
+class FakeStreamState:
+    frames: int = 0
+
+
+@dataclass(frozen=True)
+class FakeSource:
+    colour: tuple[int, int, int]
+
+
+@dataclass(frozen=True)
+class FakeFrameJob:
+    frame: Frame
+    stream: FakeStreamState
+    source: FakeSource | None
+    settings: FakeSwapSettings
+
+
+def source_colour(image: Frame) -> tuple[int, int, int]:
+    """The colour the fake paints for this source image (from the sha256 of its pixels)."""
+    digest = hashlib.sha256(np.ascontiguousarray(image).tobytes()).digest()
+    return (digest[0], digest[1], digest[2])
+
+
+def face_box(frame: Frame) -> tuple[int, int, int, int]:
+    height, width = frame.shape[:2]
+    x1, y1, x2, y2 = FACE_BOX_FRACTIONS
+    return int(x1 * width), int(y1 * height), int(x2 * width), int(y2 * height)
+
+
+def update_fake_settings(settings: FakeSwapSettings, **changes: object) -> FakeSwapSettings:
+    for key, value in changes.items():
+        if key not in FakeSwapSettings.__dataclass_fields__:
+            raise ValueError(f"unknown setting {key!r}")
+        expected = type(getattr(settings, key))
+        if type(value) is not expected and not (expected is float and type(value) is int):
+            raise ValueError(f"{key} must be {expected.__name__}, got {value!r}")
+    return replace(settings, **changes)  # type: ignore[arg-type]
+
+
+@dataclass
+class FakePipeline:
+    """Thread-checked: records which threads called it, so tests can prove nothing ran on the loop."""
+
+    delay_s: float = 0.0
+    fail_batches: bool = False
+    calling_threads: set[str] = field(default_factory=set)
+    batch_sizes: list[int] = field(default_factory=list)
+
+    def _record_thread(self) -> None:
+        self.calling_threads.add(threading.current_thread().name)
+
+    def prepare_source(self, image: Frame, settings: FakeSwapSettings | None = None) -> FakeSource:
+        self._record_thread()
+        if float(image.std()) < 2.0:
+            raise NoFaceError("no face in the source image (uniform picture)")
+        return FakeSource(source_colour(image))
+
+    def new_stream(self) -> FakeStreamState:
+        self._record_thread()
+        return FakeStreamState()
+
+    def process_batch(self, jobs: Sequence[FakeFrameJob]) -> list[Frame]:
+        self._record_thread()
+        self.batch_sizes.append(len(jobs))
+        if self.delay_s:
+            time.sleep(self.delay_s)
+        if self.fail_batches:
+            raise RuntimeError("fake pipeline failure")
+        outputs = []
+        for job in jobs:
+            job.stream.frames += 1
+            if job.source is None or not job.settings.swap_enabled:
+                outputs.append(job.frame)
+                continue
+            output = job.frame.copy()
+            x1, y1, x2, y2 = face_box(output)
+            output[y1:y2, x1:x2] = job.source.colour
+            outputs.append(output)
+        return outputs
+
+    def describe(self) -> dict[str, str]:
+        return {"engines": "fake", "default_engine": "fake", "execution_provider": "cpu"}
+
+
+def fake_binding(pipeline: FakePipeline | None = None) -> PipelineBinding:
+    return PipelineBinding(
+        pipeline=pipeline or FakePipeline(),
+        make_job=FakeFrameJob,
+        default_settings=FakeSwapSettings(),
+        update_settings=update_fake_settings,
+    )
