@@ -75,7 +75,7 @@ def _write_verdict(verdict: FileCheck, out: TextIO) -> None:
 
 def verify_models(store: ModelStore, names: Sequence[str], out: TextIO) -> int:
     """OK/FAIL per file (default: every present file); EXIT_FAILED if any failed."""
-    chosen = list(names) or [name for name in store.names() if store.is_available(name)]
+    chosen = list(names) or [name for name in store.names() if store.file_path(name).is_file()]
     if not chosen:
         out.write(f"no model files in {store.models_dir}\n")
         return EXIT_OK

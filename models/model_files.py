@@ -174,8 +174,15 @@ class ModelStore:
         return self.models_dir / self.spec(name).file_name
 
     def is_available(self, name: str) -> bool:
-        """Whether the file is present. Cheap: no hashing; `path()` still verifies before any use."""
-        return self.file_path(name).is_file()
+        """Whether the file is present and verifies (`--engine auto` picks by this).
+
+        A present file that fails is logged with its fix: falling back to another engine must not hide
+        a corrupt or unpinned download.
+        """
+        verdict = self.check(name)
+        if verdict.state != "ok" and verdict.state != "missing":
+            logger.warning("%s is present but unusable: %s", name, verdict.detail)
+        return verdict.ok
 
     def expected_sha256(self, name: str) -> str | None:
         """The hash a file must have: the registry's, else the pin next to the file, else None."""

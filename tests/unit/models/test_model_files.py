@@ -191,11 +191,13 @@ def test_missing_file_without_url_says_to_copy_it(store: ModelStore) -> None:
         store.path("no_url")
 
 
-def test_is_available_means_present(store: ModelStore, hash_calls: list[Path]) -> None:
+def test_is_available_means_present_and_verified(store: ModelStore, caplog: pytest.LogCaptureFixture) -> None:
     assert not store.is_available("hashed")
     (store.models_dir / "hashed.onnx").write_bytes(b"wrong")
+    assert not store.is_available("hashed")
+    assert "hashed is present but unusable" in caplog.text
+    (store.models_dir / "hashed.onnx").write_bytes(PAYLOAD)
     assert store.is_available("hashed")
-    assert hash_calls == []
 
 
 def test_unknown_name_lists_known_ones(store: ModelStore) -> None:
