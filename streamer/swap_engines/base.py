@@ -32,7 +32,8 @@ class SwapOptions:
 class SourceFace(Protocol):
     """Engine-specific identity computed once per source change (texture + mesh, or a latent)."""
 
-    engine: EngineName
+    @property
+    def engine(self) -> EngineName: ...  # read-only, so frozen dataclasses satisfy the protocol
 
 
 class SwapEngine(Protocol):

@@ -1,0 +1,247 @@
+"""streamer/swap_engines/inswapper.py end to end on synthetic look-alikes of inswapper/gfpgan."""
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from numpy.typing import NDArray
+
+from gpu_ops.errors import InvalidInputError
+from models.batch_conversion import convert_to_dynamic_batch
+from models.enhancer import Enhancer
+from models.registry import INSWAPPER_128_TEMPLATE, get_spec
+from models.swapper import Swapper, extract_emap, source_latent
+from streamer.face import TrackedFace
+from streamer.swap_engines.base import NoFaceError, SwapOptions
+from streamer.swap_engines.inswapper import InswapperEngine, InswapperSource, SwapItem
+from tests import synthetic_models
+
+HEIGHT, WIDTH = 240, 320
+
+
+@dataclass(frozen=True)
+class FakeDetections:
+    boxes: NDArray[np.float32]
+    landmarks_5: NDArray[np.float32]
+
+    def __len__(self) -> int:
+        return len(self.boxes)
+
+
+class FakeDetector:
+    def __init__(self, faces: list[TrackedFace]) -> None:
+        self.faces = faces
+
+    def detect(self, frame: NDArray[np.uint8]) -> FakeDetections:
+        boxes = np.array([face.box for face in self.faces], np.float32).reshape(-1, 4)
+        points = np.array([face.landmarks_5 for face in self.faces], np.float32).reshape(-1, 5, 2)
+        return FakeDetections(boxes, points)
+
+
+class FakeEmbedder:
+    """Embedding = a seeded vector per face, keyed by the face's nose x (so each face is a person)."""
+
+    def __init__(self) -> None:
+        self.calls: list[NDArray[np.float32]] = []
+
+    def embed(self, frame: NDArray[np.uint8], landmarks_5: NDArray[np.float32]) -> NDArray[np.float32]:
+        self.calls.append(landmarks_5)
+        return np.stack([person(int(points[2, 0])) for points in landmarks_5])
+
+
+def person(seed: int) -> NDArray[np.float32]:
+    return (np.random.default_rng(seed).standard_normal(512) * 20).astype(np.float32)
+
+
+def smooth_frame(phase: float = 0.0) -> NDArray[np.uint8]:
+    """Low-frequency colours: resampling it twice changes nothing beyond rounding."""
+    y, x = np.mgrid[0:HEIGHT, 0:WIDTH].astype(np.float32)
+    red = 60 + 0.4 * x + 20 * np.sin(x / 23 + phase)
+    green = 40 + 0.5 * y + 20 * np.cos(y / 19 + phase)
+    blue = 128 + 50 * np.sin((x + y) / 41)
+    return np.ascontiguousarray(np.rint(np.stack([red, green, blue], -1)).clip(0, 255).astype(np.uint8))
+
+
+def make_face(track_id: int, scale: float, angle_deg: float, centre: tuple[float, float]) -> TrackedFace:
+    """A face whose 128-px swapper crop is `scale` frame px per crop px, rotated, centred at `centre`."""
+    template = np.asarray(INSWAPPER_128_TEMPLATE, np.float32) - 64.0
+    angle = np.deg2rad(angle_deg)
+    rotation = scale * np.array([[np.cos(angle), -np.sin(angle)], [np.sin(angle), np.cos(angle)]], np.float32)
+    points = (template @ rotation.T + np.asarray(centre, np.float32)).astype(np.float32)
+    half = 64 * scale
+    box = np.array([centre[0] - half, centre[1] - half, centre[0] + half, centre[1] + half], np.float32)
+    return TrackedFace(track_id=track_id, box=box, score=0.9, landmarks_5=points)
+
+
+def footprint(face: TrackedFace) -> NDArray[np.bool_]:
+    """Frame pixels the face's 128-px crop can touch (its corners mapped back to the frame, +1 px)."""
+    template = np.asarray(INSWAPPER_128_TEMPLATE, np.float32)
+    points = face.landmarks_5
+    scale = np.linalg.norm(points[1] - points[0]) / np.linalg.norm(template[1] - template[0])
+    reach = 64 * scale * np.sqrt(2) + 2
+    centre = points.mean(0) + (np.array([64, 64]) - template.mean(0)) * scale
+    y, x = np.mgrid[0:HEIGHT, 0:WIDTH]
+    return (np.abs(x - centre[0]) <= reach) & (np.abs(y - centre[1]) <= reach)
+
+
+def _session(path: Path) -> ort.InferenceSession:
+    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+
+
+def make_engine(
+    path: Path, *, model: str = "inswapper_128", faces: list[TrackedFace] | None = None, **kwargs: object
+) -> InswapperEngine:
+    swapper = Swapper(_session(path), get_spec(model), extract_emap(path))
+    return InswapperEngine(FakeDetector(faces or []), FakeEmbedder(), swapper, **kwargs)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def identity_model(tmp_path: Path) -> Path:
+    return synthetic_models.build_inswapper(tmp_path / "identity.onnx", kind="identity")
+
+
+@pytest.fixture
+def latent_model(tmp_path: Path) -> Path:
+    return synthetic_models.build_inswapper(tmp_path / "latent.onnx", kind="latent_dependent")
+
+
+FACES = [make_face(1, 1.1, 8.0, (110, 120)), make_face(2, 0.6, -15.0, (240, 100))]
+
+
+def test_required_models() -> None:
+    assert InswapperEngine.required_models("inswapper_128_fp16") == (
+        "inswapper_128_fp16",
+        "arcface_w600k_r50",
+    )
+    assert InswapperEngine.required_models() == ("inswapper_128", "arcface_w600k_r50")
+
+
+def test_prepare_source_embeds_the_largest_face_and_derives_the_latent(identity_model: Path) -> None:
+    engine = make_engine(identity_model, faces=[FACES[1], FACES[0]])
+    source = engine.prepare_source(smooth_frame())
+    assert isinstance(source, InswapperSource) and source.engine == "inswapper"
+    np.testing.assert_array_equal(source.landmarks_5, FACES[0].landmarks_5)  # the larger of the two
+    expected_embedding = person(int(FACES[0].landmarks_5[2, 0]))
+    np.testing.assert_array_equal(source.embedding, expected_embedding)
+    np.testing.assert_allclose(
+        source.latent, source_latent(expected_embedding, engine.swapper.emap), atol=1e-6
+    )
+
+
+def test_prepare_source_without_a_face_raises(identity_model: Path) -> None:
+    with pytest.raises(NoFaceError):
+        make_engine(identity_model, faces=[]).prepare_source(smooth_frame())
+
+
+def test_identity_swapper_returns_the_frame_within_one_level(identity_model: Path) -> None:
+    engine = make_engine(identity_model, faces=FACES)
+    frame = smooth_frame()
+    untouched = frame.copy()
+    output = engine.swap(frame, FACES, engine.prepare_source(frame), SwapOptions())
+    assert np.array_equal(frame, untouched)  # the input is never written
+    assert output is not frame and output.shape == frame.shape and output.dtype == np.uint8
+    difference = np.abs(output.astype(int) - frame.astype(int))
+    assert difference.max() <= 1
+    assert difference.any()  # the faces really went through the swapper and paste-back
+
+
+def test_swapped_faces_change_only_inside_their_footprint(latent_model: Path) -> None:
+    engine = make_engine(latent_model, faces=FACES)
+    frame = smooth_frame()
+    source = engine.prepare_source(frame)
+    output = engine.swap(frame, FACES, source, SwapOptions())
+    inside = footprint(FACES[0]) | footprint(FACES[1])
+    assert np.array_equal(output[~inside], frame[~inside])
+    # at a face centre the mask is 1, so the pixel is the swapper's: target + 0.25 * tanh(latent @ W)
+    shift = synthetic_models.LATENT_SHIFT_SCALE * np.tanh(
+        source.latent @ synthetic_models.latent_dependent_weights()
+    )
+    expected = np.clip(frame[120, 110].astype(np.float32) + shift * 255.0, 0, 255)
+    assert np.abs(output[120, 110].astype(np.float32) - expected).max() <= 2.0
+    assert np.abs(output[120, 110].astype(int) - frame[120, 110].astype(int)).max() > 10
+
+
+def test_no_faces_returns_an_unchanged_copy(identity_model: Path) -> None:
+    engine = make_engine(identity_model, faces=FACES)
+    frame = smooth_frame()
+    output = engine.swap(frame, [], engine.prepare_source(frame), SwapOptions())
+    assert output is not frame and np.array_equal(output, frame)
+
+
+def test_batch_over_faces_and_frames_equals_one_by_one(latent_model: Path, tmp_path: Path) -> None:
+    single = make_engine(latent_model, faces=FACES)
+    batched = make_engine(convert_to_dynamic_batch(latent_model, tmp_path), faces=FACES)
+    calls: list[int] = []
+    forward = batched.swapper.forward
+
+    def recording(target: NDArray[np.float32], source: NDArray[np.float32]) -> NDArray[np.float32]:
+        calls.append(len(target))
+        return forward(target, source)
+
+    batched.swapper.forward = recording  # type: ignore[method-assign]
+    sources = [
+        single.prepare_source(smooth_frame()),
+        InswapperSource(person(5), source_latent(person(5), single.swapper.emap), FACES[0].landmarks_5),
+    ]
+    items = [
+        SwapItem(smooth_frame(0.0), FACES, sources[0], SwapOptions()),
+        SwapItem(smooth_frame(0.7), FACES[:1], sources[1], SwapOptions()),
+        SwapItem(smooth_frame(1.3), [], sources[0], SwapOptions()),
+        SwapItem(smooth_frame(2.1), FACES[::-1], sources[1], SwapOptions()),
+    ]
+    together = batched.swap_batch(items)
+    assert calls == [8]  # 5 faces of 4 frames in one session call (bucket 8)
+    for item, output in zip(items, together):
+        assert np.array_equal(output, single.swap(item.frame, item.faces, item.source, item.options))
+    assert not np.array_equal(together[1], together[3][:, :, :])  # different sources, different results
+    plain_tuples = batched.swap_batch([tuple(item) for item in items[:2]])  # type: ignore[misc]
+    assert all(np.array_equal(a, b) for a, b in zip(plain_tuples, together[:2]))
+
+
+def test_fp16_variant_swaps_like_fp32(tmp_path: Path) -> None:
+    path = synthetic_models.build_inswapper(tmp_path / "fp16.onnx", kind="identity", fp16_weights=True)
+    engine = make_engine(path, model="inswapper_128_fp16", faces=FACES)
+    frame = smooth_frame()
+    output = engine.swap(frame, FACES, engine.prepare_source(frame), SwapOptions())
+    assert np.abs(output.astype(int) - frame.astype(int)).max() <= 2  # fp16 adds < 1 level of rounding
+
+
+def test_source_from_another_engine_is_refused(identity_model: Path) -> None:
+    @dataclass(frozen=True)
+    class MeshSource:
+        engine: str = "mesh"
+
+    engine = make_engine(identity_model, faces=FACES)
+    with pytest.raises(InvalidInputError, match="mesh"):
+        engine.swap(smooth_frame(), FACES, MeshSource(), SwapOptions())  # type: ignore[arg-type]
+
+
+def test_enhancer_runs_every_nth_batch_and_only_when_asked(identity_model: Path, tmp_path: Path) -> None:
+    gfpgan = synthetic_models.build_gfpgan(tmp_path / "gfpgan.onnx")
+    enhancer = Enhancer(_session(gfpgan), get_spec("gfpgan_1.4"))
+    calls: list[int] = []
+    forward = enhancer.forward
+
+    def recording(batch: NDArray[np.float32]) -> NDArray[np.float32]:
+        calls.append(len(batch))
+        return forward(batch)
+
+    enhancer.forward = recording  # type: ignore[method-assign]
+    engine = make_engine(identity_model, faces=FACES, enhancer=enhancer, enhance_every=2)
+    frame = smooth_frame()
+    source = engine.prepare_source(frame)
+    for _ in range(4):
+        output = engine.swap(frame, FACES, source, SwapOptions(enhance=True))
+        assert np.abs(output.astype(int) - frame.astype(int)).max() <= 3
+    assert calls == [1, 1, 1, 1]  # batches 0 and 2, two faces each, fixed-batch enhancer: one call per face
+    calls.clear()
+    engine.swap(frame, FACES, source, SwapOptions(enhance=False))
+    engine.swap(frame, FACES, source, SwapOptions(enhance=False))
+    assert calls == []
+
+
+def test_bad_enhance_every_is_refused(identity_model: Path) -> None:
+    with pytest.raises(InvalidInputError, match="enhance_every"):
+        make_engine(identity_model, enhance_every=0)
