@@ -20,7 +20,8 @@ from models.downloader import (
     ProgressBar,
     download_file,
 )
-from models.model_files import FileCheck, ModelStore, read_pin, resolve_models_dir, write_pin
+from models.errors import ModelDownloadError
+from models.model_files import FileCheck, ModelStore, read_pin, resolve_models_dir, sidecar_path, write_pin
 
 logger = logging.getLogger(__name__)
 
@@ -108,16 +109,23 @@ def fetch_model(
     expected_sha256 = spec.sha256 if spec.sha256 is not None else existing_pin
     urls = [url] if url else list(spec.urls)
     progress = ProgressBar(spec.file_name, progress_stream if progress_stream is not None else sys.stderr)
-    result = asyncio.run(
-        download_file(
-            urls,
-            destination,
-            expected_sha256=expected_sha256,
-            expected_size=spec.size_bytes,
-            config=config,
-            progress=progress,
-        )
+    download = download_file(
+        urls,
+        destination,
+        expected_sha256=expected_sha256,
+        expected_size=spec.size_bytes,
+        config=config,
+        progress=progress,
     )
+    try:
+        result = asyncio.run(download)
+    except ModelDownloadError as error:
+        if existing_pin is None:
+            raise
+        raise ModelDownloadError(
+            f"{error} (checked against the pin in {sidecar_path(destination).name}: delete it to accept "
+            "a different upstream file)"
+        ) from error
     if spec.sha256 is None and existing_pin is None:
         sidecar = write_pin(destination, result.sha256)
         logger.info(

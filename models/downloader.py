@@ -209,6 +209,15 @@ async def _fetch_body(
         return _Body(digest.hexdigest(), done, offset)
 
 
+def _mismatch(body: _Body, expected_sha256: str | None, expected_size: int | None) -> str:
+    """Why a complete body is the wrong file, or '' when it is the right one."""
+    if expected_size is not None and body.size_bytes != expected_size:
+        return f"got {body.size_bytes} bytes, expected {expected_size}; download discarded"
+    if expected_sha256 is not None and body.sha256 != expected_sha256:
+        return f"sha256 {body.sha256}, expected {expected_sha256}; download discarded"
+    return ""
+
+
 def _describe_timeout(error: BaseException, config: DownloadConfig) -> str:
     if isinstance(error, aiohttp.ConnectionTimeoutError):
         return f"could not connect within {config.connect_timeout_s:g} s"
@@ -251,9 +260,9 @@ async def download_file(
                 except aiohttp.ClientError as error:
                     reason, try_again = f"{type(error).__name__}: {error}", True
                 else:
-                    if expected_sha256 is not None and body.sha256 != expected_sha256:
+                    reason = _mismatch(body, expected_sha256, expected_size)
+                    if reason:
                         part.unlink()  # complete and proven wrong: nothing worth resuming
-                        reason = f"sha256 {body.sha256}, expected {expected_sha256}; download discarded"
                         failures.append(f"{url}: {reason}")
                         logger.warning("download of %s from %s: %s", destination.name, url, reason)
                         break

@@ -17,7 +17,7 @@ from aiohttp import web
 import run_stream
 from models.downloader import DownloadConfig, ProgressBar, download_file, part_path
 from models.errors import ModelDownloadError
-from models.model_files import read_pin
+from models.model_files import read_pin, write_pin
 from models.registry import MODELS, ModelSpec, TensorSpec
 
 PAYLOAD = bytes(range(256)) * 1024  # 256 KiB
@@ -302,4 +302,25 @@ async def test_fetch_command_fails_on_wrong_hash(
     ]
     assert await asyncio.to_thread(run_stream.main, argv) == 1
     assert "error: could not download served_model.onnx" in capsys.readouterr().err
+    assert not (tmp_path / "served_model.onnx").exists()
+
+
+async def test_fetch_command_checks_an_existing_pin(
+    server: FileServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setitem(MODELS, "served_model", _spec("served_model", None))
+    write_pin(tmp_path / "served_model.onnx", "1" * 64)
+    argv = [
+        "models",
+        "fetch",
+        "served_model",
+        "--url",
+        f"{server.base_url}/model.onnx",
+        "--models-dir",
+        str(tmp_path),
+    ]
+    assert await asyncio.to_thread(run_stream.main, argv) == 1
+    error = capsys.readouterr().err
+    assert f"expected {'1' * 64}" in error
+    assert "the pin in served_model.onnx.sha256: delete it" in error
     assert not (tmp_path / "served_model.onnx").exists()
