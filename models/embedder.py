@@ -1,0 +1,119 @@
+"""Identity embedder: a frame plus each face's 5 points in, one raw descriptor per face out.
+
+The face is aligned to the spec's template with a 5-point similarity (dlib: 150 px chip, RGB 0..255,
+the graph normalises; arcface: 112 px, (x - 127.5) / 127.5) and all faces run as one batch.
+Output: float32 [N,D] exactly as the model gives it (dlib 128-d, arcface 512-d; not normalised).
+"""
+
+import logging
+from collections.abc import Sequence
+
+import cv2
+import numpy as np
+import onnxruntime as ort
+from numpy.typing import NDArray
+
+from gpu_ops.errors import InvalidFrameError
+from models.errors import ModelContractError
+from models.inference import check_contract
+from models.registry import ModelSpec
+from streamer.face import Frame
+
+logger = logging.getLogger(__name__)
+
+FloatArray = NDArray[np.float32]
+Embeddings = NDArray[np.float32]
+
+
+def estimate_similarity(
+    src_points: NDArray[np.floating], dst_points: NDArray[np.floating]
+) -> NDArray[np.float64]:
+    """[2,3] least-squares similarity (Umeyama, no reflection) mapping src points onto dst points."""
+    src = np.asarray(src_points, np.float64)
+    dst = np.asarray(dst_points, np.float64)
+    src_mean, dst_mean = src.mean(axis=0), dst.mean(axis=0)
+    src_centred, dst_centred = src - src_mean, dst - dst_mean
+    covariance = dst_centred.T @ src_centred / len(src)
+    u, singular, vt = np.linalg.svd(covariance)
+    sign = np.eye(2)
+    if np.linalg.det(u) * np.linalg.det(vt) < 0:
+        sign[1, 1] = -1.0
+    rotation = u @ sign @ vt
+    variance = (src_centred**2).sum() / len(src)
+    scale = float(np.trace(np.diag(singular) @ sign) / max(variance, 1e-12))
+    matrix = np.zeros((2, 3), np.float64)
+    matrix[:, 0:2] = scale * rotation
+    matrix[:, 2] = dst_mean - scale * rotation @ src_mean
+    return matrix
+
+
+def alignment_matrices(
+    landmarks_5: FloatArray, template: Sequence[tuple[float, float]]
+) -> NDArray[np.float64]:
+    """[N,2,3] frame -> chip matrices aligning each face's 5 points to the template."""
+    target = np.asarray(template, np.float64)
+    return np.stack([estimate_similarity(points, target) for points in np.asarray(landmarks_5)]).reshape(
+        -1, 2, 3
+    )
+
+
+def prepare_chips(frame: Frame, landmarks_5: FloatArray, spec: ModelSpec) -> FloatArray:
+    """[N,3,S,S] float32 aligned chips in the spec's colour order and normalisation."""
+    if spec.template is None or spec.input_size is None:
+        raise ModelContractError(f"{spec.name} has no alignment template / input size")
+    matrices = alignment_matrices(landmarks_5, spec.template)
+    chips = np.stack(
+        [cv2.warpAffine(frame, matrix, spec.input_size, flags=cv2.INTER_LINEAR) for matrix in matrices]
+    )
+    if spec.color_order == "bgr":
+        chips = chips[..., ::-1]
+    tensor = chips.astype(np.float32) * np.float32(spec.scale)
+    if spec.mean != (0.0, 0.0, 0.0) or spec.std != (1.0, 1.0, 1.0):
+        tensor = (tensor - np.asarray(spec.mean, np.float32)) / np.asarray(spec.std, np.float32)
+    return np.ascontiguousarray(tensor.transpose(0, 3, 1, 2), dtype=np.float32)
+
+
+def identity_distance(a: NDArray[np.floating], b: NDArray[np.floating]) -> float:
+    """Euclidean distance of two raw descriptors (dlib: same person below 0.6)."""
+    return float(np.linalg.norm(np.asarray(a, np.float64) - np.asarray(b, np.float64)))
+
+
+class Embedder:
+    """Runs one embedder session over all faces of a frame in one batch."""
+
+    def __init__(self, session: ort.InferenceSession, spec: ModelSpec) -> None:
+        if spec.role != "embedder" or spec.template is None or spec.input_size is None:
+            raise ModelContractError(f"{spec.name} is not an embedder with an alignment template")
+        check_contract(session, spec)
+        self.spec = spec
+        self.dimensions = int(spec.outputs[0].shape[-1] or 0)
+        self._session = session
+        self._input_name = spec.inputs[0].name
+        self._output_name = spec.outputs[0].name
+        batch_dim = session.get_inputs()[0].shape[0]
+        self._max_batch = batch_dim if isinstance(batch_dim, int) else None
+
+    def prepare_chips(self, frame: Frame, landmarks_5: FloatArray) -> FloatArray:
+        """The model input for these faces: [N,3,S,S] float32."""
+        return prepare_chips(frame, landmarks_5, self.spec)
+
+    def forward(self, tensor: FloatArray) -> Embeddings:
+        """Run the session, in chunks of the file's fixed batch size when it has one."""
+        chunk = self._max_batch or len(tensor)
+        runs = [
+            np.asarray(
+                self._session.run([self._output_name], {self._input_name: tensor[start : start + chunk]})[0]
+            )
+            for start in range(0, len(tensor), chunk)
+        ]
+        return np.concatenate(runs).astype(np.float32)
+
+    def embed(self, frame: Frame, landmarks_5: FloatArray) -> Embeddings:
+        """[N,D] descriptors of the faces given by their 5 points [N,5,2] (frame px)."""
+        if frame.ndim != 3 or frame.shape[2] != 3 or frame.dtype != np.uint8:
+            raise InvalidFrameError(
+                f"embedder needs H x W x 3 uint8 RGB frames, got {frame.shape} {frame.dtype}"
+            )
+        if len(landmarks_5) == 0:
+            return np.zeros((0, self.dimensions), np.float32)
+        return self.forward(self.prepare_chips(frame, landmarks_5))
