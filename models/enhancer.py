@@ -11,9 +11,9 @@ from collections.abc import Sequence
 
 import numpy as np
 import onnxruntime as ort
-from gpu_ops.paste_back import paste_back
 from numpy.typing import NDArray
 
+from gpu_ops.paste_back import paste_back
 from models.errors import ModelContractError
 from models.inference import check_contract
 from models.registry import ModelSpec

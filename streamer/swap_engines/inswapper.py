@@ -3,7 +3,8 @@
 The source latent is computed once per source photo. Per frame, every face of every frame in a batch is
 cropped in one batched op, swapped in as few session calls as the model allows (one when its batch dim
 is symbolic, see models.batch_conversion), optionally restored by GFPGAN every `enhance_every` batches,
-and pasted back through a mask built once in crop space. Output frames are copies: the input frames are
+and pasted back through a mask built once in crop space (times the target's inner mouth, from its face
+mesh, when `mouth_mask` is on and a mesh was tracked). Output frames are copies: the input frames are
 never written, and a copy differs from its input only inside the faces' paste boxes.
 """
 
@@ -15,12 +16,15 @@ from typing import NamedTuple, Protocol
 
 import numpy as np
 import onnxruntime as ort
-from gpu_ops.paste_back import paste_back
 from numpy.typing import NDArray
 
+from gpu_ops.affine import transform_points
 from gpu_ops.errors import InvalidInputError
+from gpu_ops.masks import feather_outside_cpu, fill_polygons_cpu
+from gpu_ops.paste_back import paste_back
 from models.batch_conversion import convert_to_dynamic_batch
 from models.enhancer import Enhancer
+from models.face_mesh_topology import LIPS_INNER
 from models.inference import InferenceConfig, create_session
 from models.model_files import ModelStore, default_cache_dir
 from models.swapper import (
@@ -40,8 +44,11 @@ ARCFACE_MODEL = "arcface_w600k_r50"
 
 
 class FaceDetections(Protocol):
-    boxes: NDArray[np.float32]
-    landmarks_5: NDArray[np.float32]
+    @property
+    def boxes(self) -> NDArray[np.float32]: ...
+
+    @property
+    def landmarks_5(self) -> NDArray[np.float32]: ...
 
     def __len__(self) -> int: ...
 
@@ -57,8 +64,26 @@ class FaceEmbedder(Protocol):
 class ModelChoice(Protocol):
     """The two names `from_store` reads (the pipeline's config has them)."""
 
-    swapper_model: str
-    enhancer_model: str
+    @property
+    def swapper_model(self) -> str: ...
+
+    @property
+    def enhancer_model(self) -> str: ...
+
+
+def inner_mouth_mask(
+    mesh: NDArray[np.float32], affine_matrix: NDArray[np.float32], size: tuple[int, int]
+) -> NDArray[np.float32]:
+    """[h,w] in crop space: 1 inside the target's inner lips (face mesh), feathered 2 px outward.
+
+    Built per face in the 128-px crop (cheap), never blurred in frame space; `1 - mask` keeps the
+    target's own open mouth, so speech stays visible through the swapped face.
+    """
+    lips = np.asarray(transform_points(mesh[list(LIPS_INNER), :2], affine_matrix), dtype=np.float32)
+    region = fill_polygons_cpu(size, [lips])
+    if not region.any():  # closed mouth: the polygon has no area
+        return np.zeros((size[1], size[0]), dtype=np.float32)
+    return feather_outside_cpu(region, 0.5, 2.0)
 
 
 def converted_models_dir() -> Path:
@@ -120,6 +145,7 @@ class InswapperEngine:
         self.enhancer = enhancer
         self.enhance_every = enhance_every
         self.enhance_blend = enhance_blend
+        self._crop_size = swapper.spec.input_size
         self.crop_mask = feathered_box_mask(swapper.spec.input_size)
         self._batches_seen = 0
 
@@ -187,6 +213,7 @@ class InswapperEngine:
         landmarks: list[NDArray[np.float32]] = []
         latents: list[NDArray[np.float32]] = []
         enhance_flags: list[bool] = []
+        kept_mouths: list[NDArray[np.float32] | None] = []  # target meshes whose inner mouth stays
         for index, item in enumerate(batch):
             latent = self._latent_of(item.source)
             for face in item.faces:
@@ -194,6 +221,7 @@ class InswapperEngine:
                 landmarks.append(np.asarray(face.landmarks_5, dtype=np.float32))
                 latents.append(latent)
                 enhance_flags.append(item.options.enhance)
+                kept_mouths.append(face.mesh if item.options.mouth_mask else None)
         enhance_now = self.enhancer is not None and self._batches_seen % self.enhance_every == 0
         self._batches_seen += 1
         if not frame_index:
@@ -203,8 +231,11 @@ class InswapperEngine:
         affine_matrices = face_alignments(landmarks_5, self.swapper.spec)
         crops = prepare_crops([item.frame for item in batch], indices, affine_matrices, self.swapper.spec)
         swapped = postprocess_swapped(self.swapper.swap_crops(crops, np.stack(latents)))
-        for index, crop, matrix in zip(indices, swapped, affine_matrices):
-            paste_back(outputs[int(index)], crop, matrix, self.crop_mask)
+        for index, crop, matrix, mesh in zip(indices, swapped, affine_matrices, kept_mouths):
+            mask = self.crop_mask
+            if mesh is not None:
+                mask = mask * (1.0 - inner_mouth_mask(mesh, matrix, self._crop_size))
+            paste_back(outputs[int(index)], crop, matrix, mask)
         if enhance_now and self.enhancer is not None and any(enhance_flags):
             selected = np.asarray(enhance_flags, dtype=bool)
             self.enhancer.enhance_faces(

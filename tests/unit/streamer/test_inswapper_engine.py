@@ -3,16 +3,22 @@
 from dataclasses import dataclass
 from pathlib import Path
 
+import cv2
 import numpy as np
 import onnxruntime as ort
 import pytest
 from numpy.typing import NDArray
 
+from gpu_ops.affine import estimate_similarity, invert_affine, transform_points
 from gpu_ops.errors import InvalidInputError
 from models.batch_conversion import convert_to_dynamic_batch
+from models.embedder import Embedder
 from models.enhancer import Enhancer
-from models.registry import INSWAPPER_128_TEMPLATE, get_spec
-from models.swapper import Swapper, extract_emap, source_latent
+from models.face_mesh_topology import LIPS_INNER, VERTEX_COUNT
+from models.inference import InferenceConfig
+from models.model_files import ModelStore
+from models.registry import ARCFACE_112_TEMPLATE, INSWAPPER_128_TEMPLATE, get_spec
+from models.swapper import Swapper, extract_emap, face_alignments, source_latent
 from streamer.face import TrackedFace
 from streamer.swap_engines.base import NoFaceError, SwapOptions
 from streamer.swap_engines.inswapper import InswapperEngine, InswapperSource, SwapItem
@@ -245,3 +251,79 @@ def test_enhancer_runs_every_nth_batch_and_only_when_asked(identity_model: Path,
 def test_bad_enhance_every_is_refused(identity_model: Path) -> None:
     with pytest.raises(InvalidInputError, match="enhance_every"):
         make_engine(identity_model, enhance_every=0)
+
+
+def with_open_mouth(face: TrackedFace) -> tuple[TrackedFace, tuple[int, int]]:
+    """The face plus a mesh whose inner lips are an open ellipse at crop (64, 100); returns its frame centre."""
+    angles = np.linspace(0, 2 * np.pi, len(LIPS_INNER), endpoint=False)
+    crop_lips = np.stack([64 + 14 * np.cos(angles), 100 + 7 * np.sin(angles)], -1).astype(np.float32)
+    to_frame = invert_affine(face_alignments(face.landmarks_5[None], get_spec("inswapper_128"))[0])
+    mesh = np.zeros((VERTEX_COUNT, 3), np.float32)
+    mesh[list(LIPS_INNER), :2] = transform_points(crop_lips, to_frame)
+    centre = transform_points(np.array([[64.0, 100.0]], np.float32), to_frame)[0]
+    face = TrackedFace(face.track_id, face.box, face.score, face.landmarks_5, mesh=mesh)
+    return face, (round(float(centre[0])), round(float(centre[1])))
+
+
+def test_mouth_mask_keeps_the_targets_open_mouth(latent_model: Path) -> None:
+    face, (mouth_x, mouth_y) = with_open_mouth(FACES[0])
+    engine = make_engine(latent_model, faces=[face])
+    frame = smooth_frame()
+    source = engine.prepare_source(frame)
+    kept = engine.swap(frame, [face], source, SwapOptions(mouth_mask=True))
+    swapped = engine.swap(frame, [face], source, SwapOptions(mouth_mask=False))
+    no_mesh = engine.swap(frame, FACES[:1], source, SwapOptions(mouth_mask=True))
+    assert np.abs(kept[mouth_y, mouth_x].astype(int) - frame[mouth_y, mouth_x].astype(int)).max() <= 1
+    assert np.abs(swapped[mouth_y, mouth_x].astype(int) - frame[mouth_y, mouth_x].astype(int)).max() > 10
+    assert np.array_equal(no_mesh, swapped)  # without a tracked mesh there is no mouth to keep
+    cheek_x, cheek_y = 110, 110  # above the mouth, inside the face: swapped either way
+    assert np.array_equal(kept[cheek_y, cheek_x], swapped[cheek_y, cheek_x])
+
+
+def test_prepare_source_with_the_arcface_lookalike(identity_model: Path, tmp_path: Path) -> None:
+    arcface = synthetic_models.build_arcface(tmp_path / "arcface.onnx")
+    embedder = Embedder(_session(arcface), get_spec("arcface_w600k_r50"))
+    swapper = Swapper(_session(identity_model), get_spec("inswapper_128"), extract_emap(identity_model))
+    engine = InswapperEngine(FakeDetector(FACES[:1]), embedder, swapper)  # type: ignore[arg-type]
+    frame = smooth_frame()
+    source = engine.prepare_source(frame)
+    # reference: the 112-px chip on the arcface template, (x - 127.5) / 127.5, then the look-alike's maths
+    matrix = estimate_similarity(FACES[0].landmarks_5, np.asarray(ARCFACE_112_TEMPLATE, np.float32))
+    chip = (cv2.warpAffine(frame, matrix, (112, 112)).astype(np.float32) - 127.5) / 127.5
+    pooled = chip.transpose(2, 0, 1).reshape(3, 7, 16, 7, 16).mean(axis=(2, 4)).reshape(-1)
+    expected = pooled @ synthetic_models.arcface_weights()
+    np.testing.assert_allclose(source.embedding, expected, rtol=1e-3, atol=2e-2)
+    np.testing.assert_allclose(source.latent, source_latent(expected, swapper.emap), atol=1e-3)
+
+
+@dataclass(frozen=True)
+class ModelNames:
+    swapper_model: str = "inswapper_128_fp16"
+    enhancer_model: str = "gfpgan_1.4"
+
+
+def test_from_store_loads_the_batched_swapper_arcface_and_enhancer(tmp_path: Path) -> None:
+    models = tmp_path / "models"
+    synthetic_models.build_inswapper(
+        models / "inswapper_128_fp16.onnx", kind="latent_dependent", fp16_weights=True
+    )
+    synthetic_models.build_arcface(models / "arcface_w600k_r50.onnx")
+    synthetic_models.build_gfpgan(models / "gfpgan_1.4.onnx")
+    store = ModelStore(models)
+    for name in ("inswapper_128_fp16", "arcface_w600k_r50", "gfpgan_1.4"):
+        store.pin(name)  # these rows have no registered hash: the user pins their downloads
+    cache = tmp_path / "converted"
+    detector = FakeDetector(FACES[:1])
+    engine = InswapperEngine.from_store(store, InferenceConfig(), detector, ModelNames(), cache_dir=cache)
+    assert engine.swapper.supports_batch and engine.swapper.spec.name == "inswapper_128_fp16"
+    assert engine.enhancer is not None and engine.enhancer.supports_batch
+    np.testing.assert_allclose(engine.swapper.emap, synthetic_models.emap_matrix(), atol=1e-3)
+    frame = smooth_frame()
+    output = engine.swap(frame, FACES, engine.prepare_source(frame), SwapOptions(enhance=True))
+    assert np.abs(output[120, 110].astype(int) - frame[120, 110].astype(int)).max() > 10
+    converted = sorted(path.name for path in cache.iterdir())
+    assert len(converted) == 2
+    (models / "gfpgan_1.4.onnx").unlink()
+    again = InswapperEngine.from_store(store, InferenceConfig(), detector, ModelNames(), cache_dir=cache)
+    assert again.enhancer is None
+    assert sorted(path.name for path in cache.iterdir()) == converted  # the swapper copy was reused
