@@ -172,7 +172,7 @@ class CameraCapture:
                 if remaining is not None and remaining <= 0:
                     return None
                 self._condition.wait(remaining)
-        rgb = video_frame.to_ndarray(format="rgb24")
+        rgb: Frame = video_frame.to_ndarray(format="rgb24")  # type: ignore[assignment]  # rgb24 is uint8
         return CapturedFrame(fit_frame(rgb, self.width, self.height), index, captured_at)
 
     def close(self) -> None:
