@@ -1,0 +1,112 @@
+"""Make a warped source face take the target's light and tone before it is blended in.
+
+Two methods, both weighted by the paste mask so background, eyes and mouth do not count:
+- `match_shading`: the target's low-frequency shading replaces the source's. Both images are reduced
+  to a coarse grid (cells of ~1/10 face), a mask-normalised blur fills the grid, and the patch is
+  multiplied per channel by the upsampled ratio target/source. Side light, shadows and skin tone
+  follow the target; pores, stubble and features (what identity is made of) stay the source's.
+- `transfer_lab_statistics`: one global mean/std match in CIE Lab (the classic "Reinhard" transfer).
+  It fixes the average tone only: the source's own lighting stays, so a face lit from the left pasted
+  on a face lit from the right looks like a mask. Kept as the baseline and for flat-lit inputs.
+Inputs are uint8 H x W x 3 RGB of the same size and a float32 H x W weight map; output uint8.
+"""
+
+import logging
+from typing import Any
+
+import cv2
+import numpy as np
+from numpy.typing import NDArray
+
+from gpu_ops.backend import is_device_array, require_cupy
+from gpu_ops.errors import InvalidFrameError
+
+logger = logging.getLogger(__name__)
+
+Image = NDArray[np.uint8]
+Weights = NDArray[np.float32]
+
+SHADING_RATIO_LIMITS = (0.3, 3.0)  # beyond these the source and target are not the same surface
+_RATIO_OFFSET = 6.0  # levels added to both sides: keeps dark pixels from exploding the ratio
+
+
+def _check(patch: Image, reference: Image, weights: Weights) -> None:
+    if patch.shape != reference.shape or patch.ndim != 3 or patch.shape[2] != 3:
+        raise InvalidFrameError(
+            f"colour transfer needs two equal H x W x 3 images, got {patch.shape}, {reference.shape}"
+        )
+    if weights.shape != patch.shape[:2]:
+        raise InvalidFrameError(f"weights {weights.shape} do not match the images {patch.shape[:2]}")
+
+
+def _low_frequency(
+    image: NDArray[np.float32], weights: Weights, grid: tuple[int, int]
+) -> NDArray[np.float32]:
+    """Mask-normalised coarse average of an image on a (gw, gh) grid, filled where weights are empty."""
+    weighted = cv2.resize(image * weights[..., None], grid, interpolation=cv2.INTER_AREA)
+    total = cv2.resize(weights, grid, interpolation=cv2.INTER_AREA)
+    weighted = cv2.GaussianBlur(weighted, (0, 0), 1.0, borderType=cv2.BORDER_REPLICATE)
+    total = cv2.GaussianBlur(total, (0, 0), 1.0, borderType=cv2.BORDER_REPLICATE)
+    return (weighted / np.maximum(total, 1e-4)[..., None]).astype(np.float32)
+
+
+def shading_grid(size: tuple[int, int], cell_px: float) -> tuple[int, int]:
+    """The coarse grid (gw, gh) for a (w, h) patch: cells of about `cell_px`, at least 2 x 2."""
+    width, height = size
+    return max(2, round(width / cell_px)), max(2, round(height / cell_px))
+
+
+def match_shading_cpu(patch: Image, reference: Image, weights: Weights, *, cell_px: float = 16.0) -> Image:
+    """`patch` relit so its low-frequency shading equals `reference`'s (see module docstring)."""
+    _check(patch, reference, weights)
+    height, width = patch.shape[:2]
+    grid = shading_grid((width, height), cell_px)
+    weights = np.ascontiguousarray(weights, np.float32)
+    patch_float = patch.astype(np.float32)
+    low_patch = _low_frequency(patch_float, weights, grid)
+    low_reference = _low_frequency(reference.astype(np.float32), weights, grid)
+    ratio = np.clip((low_reference + _RATIO_OFFSET) / (low_patch + _RATIO_OFFSET), *SHADING_RATIO_LIMITS)
+    ratio_full = cv2.resize(ratio, (width, height), interpolation=cv2.INTER_LINEAR)
+    return np.clip(patch_float * ratio_full + 0.5, 0, 255).astype(np.uint8)
+
+
+def transfer_lab_statistics_cpu(patch: Image, reference: Image, weights: Weights) -> Image:
+    """`patch` with the weighted Lab mean and std of `reference` (one global match)."""
+    _check(patch, reference, weights)
+    patch_lab = cv2.cvtColor(patch, cv2.COLOR_RGB2LAB).astype(np.float32)
+    reference_lab = cv2.cvtColor(reference, cv2.COLOR_RGB2LAB).astype(np.float32)
+    weight_sum = float(weights.sum())
+    if weight_sum < 1.0:
+        return patch.copy()
+
+    def statistics(lab: NDArray[np.float32]) -> tuple[NDArray[np.float32], NDArray[np.float32]]:
+        mean = (lab * weights[..., None]).sum(axis=(0, 1)) / weight_sum
+        variance = (((lab - mean) ** 2) * weights[..., None]).sum(axis=(0, 1)) / weight_sum
+        return mean, np.sqrt(np.maximum(variance, 1.0))
+
+    patch_mean, patch_std = statistics(patch_lab)
+    reference_mean, reference_std = statistics(reference_lab)
+    matched = (patch_lab - patch_mean) * (reference_std / patch_std) + reference_mean
+    return cv2.cvtColor(np.clip(matched + 0.5, 0, 255).astype(np.uint8), cv2.COLOR_LAB2RGB)
+
+
+def match_shading(patch: Any, reference: Any, weights: Any, *, cell_px: float = 16.0) -> Any:
+    """Dispatcher: CuPy input round-trips through the CPU mirror (a coarse grid; small transfers)."""
+    if is_device_array(patch):
+        cupy = require_cupy()
+        host = match_shading_cpu(
+            cupy.asnumpy(patch), cupy.asnumpy(reference), cupy.asnumpy(weights), cell_px=cell_px
+        )
+        return cupy.asarray(host)
+    return match_shading_cpu(patch, reference, weights, cell_px=cell_px)
+
+
+def transfer_lab_statistics(patch: Any, reference: Any, weights: Any) -> Any:
+    """Dispatcher: see `match_shading`."""
+    if is_device_array(patch):
+        cupy = require_cupy()
+        host = transfer_lab_statistics_cpu(
+            cupy.asnumpy(patch), cupy.asnumpy(reference), cupy.asnumpy(weights)
+        )
+        return cupy.asarray(host)
+    return transfer_lab_statistics_cpu(patch, reference, weights)

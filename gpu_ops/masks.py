@@ -1,0 +1,120 @@
+"""Soft masks for pasting a face: filled outlines, inward/outward feathers, a skin test, and the blend.
+
+Masks are built ONCE in a fixed space (the source texture crop of the mesh engine) and then travel with
+the texture through the same warp, so no frame-space blur runs per frame (DESIGN.md section 5).
+Feathers use a distance transform, so their width is exact in pixels and may vary over the image
+(wider at the forehead, where a hard edge against the hairline shows most). Values are float32 in
+[0, 1]; outlines are (x, y) pixel polygons, pixel centres on integers.
+"""
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import cv2
+import numpy as np
+from numpy.typing import NDArray
+
+from gpu_ops.backend import is_device_array, require_cupy, to_host
+from gpu_ops.errors import InvalidFrameError
+
+logger = logging.getLogger(__name__)
+
+Mask = NDArray[np.float32]  # H x W in [0, 1]
+BinaryMask = NDArray[np.uint8]  # H x W, 0 or 255
+_SUBPIXEL_BITS = 4
+
+
+def fill_polygons_cpu(size: tuple[int, int], polygons: Sequence[NDArray[np.floating]]) -> BinaryMask:
+    """A (w, h) mask with every polygon filled (255), vertices at 1/16 px."""
+    width, height = size
+    mask = np.zeros((height, width), np.uint8)
+    scaled = [
+        np.round(np.asarray(polygon, np.float64) * (1 << _SUBPIXEL_BITS)).astype(np.int32)
+        for polygon in polygons
+    ]
+    cv2.fillPoly(mask, scaled, 255, cv2.LINE_8, shift=_SUBPIXEL_BITS)
+    return mask
+
+
+def smoothstep(values: NDArray[np.float32]) -> NDArray[np.float32]:
+    """0 below 0, 1 above 1, and a C1 ramp between (no visible step where a feather starts or ends)."""
+    clipped = np.clip(values, 0.0, 1.0)
+    return (clipped * clipped * (3.0 - 2.0 * clipped)).astype(np.float32)
+
+
+def feather_inside_cpu(region: BinaryMask, width_px: float | NDArray[np.float32]) -> Mask:
+    """0 on and outside the region's edge, rising to 1 at `width_px` inside (a scalar or a per-pixel map)."""
+    _check_binary(region)
+    distance = cv2.distanceTransform(region, cv2.DIST_L2, cv2.DIST_MASK_PRECISE)
+    width = np.maximum(np.asarray(width_px, np.float32), 1e-3)
+    return smoothstep(distance / width)
+
+
+def feather_outside_cpu(region: BinaryMask, margin_px: float, width_px: float) -> Mask:
+    """1 inside the region and within `margin_px` of it, falling to 0 at `margin_px + width_px` outside."""
+    _check_binary(region)
+    outside = np.where(region > 0, 0, 255).astype(np.uint8)
+    distance = cv2.distanceTransform(outside, cv2.DIST_L2, cv2.DIST_MASK_PRECISE)
+    return (1.0 - smoothstep((distance - margin_px) / max(width_px, 1e-3))).astype(np.float32)
+
+
+def skin_mask_cpu(image: NDArray[np.uint8], sample: NDArray[np.bool_], *, max_distance: float = 4.0) -> Mask:
+    """How skin-like each pixel is (1 skin, 0 not), judged by chroma against the `sample` pixels' skin.
+
+    Chroma (Cr, Cb) barely changes with shading, so shadows stay skin while a grey microphone, a blue
+    sleeve or hair differ. The model is the sample's median and a robust spread (1.4826 * MAD, at least
+    4 levels); the mask falls from 1 at `max_distance` robust sigmas to 0 at 1.5 x that.
+    """
+    if image.ndim != 3 or image.shape[2] != 3 or image.dtype != np.uint8:
+        raise InvalidFrameError(
+            f"skin mask needs an H x W x 3 uint8 RGB image, got {image.shape} {image.dtype}"
+        )
+    if sample.shape != image.shape[:2] or not sample.any():
+        raise InvalidFrameError("skin mask needs a non-empty sample mask of the image's size")
+    chroma = cv2.cvtColor(image, cv2.COLOR_RGB2YCrCb)[..., 1:].astype(np.float32)
+    samples = chroma[sample]
+    centre = np.median(samples, axis=0)
+    spread = np.maximum(1.4826 * np.median(np.abs(samples - centre), axis=0), 4.0)
+    distance = np.sqrt((((chroma - centre) / spread) ** 2).sum(axis=2))
+    return (1.0 - smoothstep((distance - max_distance) / (0.5 * max_distance))).astype(np.float32)
+
+
+def blend_cpu(region: NDArray[np.uint8], patch: NDArray[np.uint8], alpha: Mask) -> None:
+    """region = region * (1 - alpha) + patch * alpha, rounded, written in place (region may be a view)."""
+    if region.shape != patch.shape or alpha.shape != region.shape[:2]:
+        raise InvalidFrameError(f"blend shapes differ: {region.shape}, {patch.shape}, {alpha.shape}")
+    base = region.astype(np.float32)
+    base += (patch.astype(np.float32) - base) * alpha[..., None]
+    np.copyto(region, np.clip(base + 0.5, 0, 255).astype(np.uint8))
+
+
+def blend(region: Any, patch: Any, alpha: Any) -> None:
+    """Dispatcher of `blend_cpu`; CuPy arrays use the same formula with CuPy maths."""
+    if is_device_array(region):
+        cupy = require_cupy()
+        base = region.astype(cupy.float32)
+        base += (patch.astype(cupy.float32) - base) * alpha[..., None]
+        region[...] = cupy.clip(base + 0.5, 0, 255).astype(cupy.uint8)
+        return
+    blend_cpu(region, patch, alpha)
+
+
+def feather_inside(region: Any, width_px: float | NDArray[np.float32]) -> Mask:
+    """Dispatcher: masks are built once per source, on the host; device input is copied back."""
+    return feather_inside_cpu(to_host(region), width_px)
+
+
+def feather_outside(region: Any, margin_px: float, width_px: float) -> Mask:
+    """Dispatcher: see `feather_inside`."""
+    return feather_outside_cpu(to_host(region), margin_px, width_px)
+
+
+def skin_mask(image: Any, sample: Any, *, max_distance: float = 4.0) -> Mask:
+    """Dispatcher: see `feather_inside`."""
+    return skin_mask_cpu(to_host(image), to_host(sample), max_distance=max_distance)
+
+
+def _check_binary(region: NDArray[Any]) -> None:
+    if region.ndim != 2 or region.dtype != np.uint8:
+        raise InvalidFrameError(f"mask must be H x W uint8, got {region.shape} {region.dtype}")

@@ -1,0 +1,92 @@
+"""Colour transfer: shading follows the target while detail stays; Lab stats match; weights matter."""
+
+import cv2
+import numpy as np
+import pytest
+from numpy.typing import NDArray
+
+from gpu_ops.color_transfer import (
+    match_shading,
+    match_shading_cpu,
+    shading_grid,
+    transfer_lab_statistics_cpu,
+)
+from gpu_ops.errors import InvalidFrameError
+
+SIZE = 160
+
+
+def detail(seed: int) -> NDArray[np.float32]:
+    """Fine texture around 1.0 (what identity is made of)."""
+    rng = np.random.default_rng(seed)
+    return (1.0 + 0.12 * rng.standard_normal((SIZE, SIZE, 1))).astype(np.float32)
+
+
+def light(direction: float, tint: tuple[float, float, float]) -> NDArray[np.float32]:
+    """A smooth side light from left (direction 1) or right (-1), times a colour tint."""
+    ramp = np.linspace(-1, 1, SIZE, dtype=np.float32)[None, :, None] * direction
+    return ((0.75 + 0.35 * ramp) * np.array(tint, np.float32)).astype(np.float32)
+
+
+def render(texture: NDArray[np.float32], lighting: NDArray[np.float32]) -> NDArray[np.uint8]:
+    return np.clip(texture * lighting * 170.0, 0, 255).astype(np.uint8)
+
+
+def high_pass(image: NDArray[np.uint8]) -> NDArray[np.float32]:
+    value = image.astype(np.float32).mean(axis=2)
+    return value - cv2.GaussianBlur(value, (0, 0), 3.0)
+
+
+def test_match_shading_takes_the_target_light_and_keeps_the_source_detail() -> None:
+    source_detail, target_detail = detail(1), detail(2)
+    patch = render(source_detail, light(1.0, (1.0, 0.8, 0.7)))
+    reference = render(target_detail, light(-1.0, (0.9, 0.9, 1.0)))
+    ideal = render(source_detail, light(-1.0, (0.9, 0.9, 1.0)))
+    weights = np.ones((SIZE, SIZE), np.float32)
+    result = match_shading_cpu(patch, reference, weights, cell_px=16.0)
+    error_before = np.abs(patch.astype(float) - ideal).mean()
+    error_after = np.abs(result.astype(float) - ideal).mean()
+    assert error_after < 0.25 * error_before
+    correlation = np.corrcoef(high_pass(result).ravel(), high_pass(ideal).ravel())[0, 1]
+    assert correlation > 0.9
+
+
+def test_match_shading_ignores_pixels_with_zero_weight() -> None:
+    patch = render(detail(3), light(0.0, (1.0, 1.0, 1.0)))
+    reference = patch.copy()
+    weights = np.ones((SIZE, SIZE), np.float32)
+    weights[:, 120:] = 0.0
+    reference[:, 120:] = 255  # bright background, not face
+    result = match_shading_cpu(patch, reference, weights, cell_px=16.0)
+    assert np.abs(result[:, :100].astype(int) - patch[:, :100]).max() <= 2
+
+
+def test_lab_transfer_matches_weighted_mean_and_spread() -> None:
+    rng = np.random.default_rng(4)
+    patch = rng.integers(40, 120, (64, 64, 3), dtype=np.uint8)
+    reference = rng.integers(120, 220, (64, 64, 3), dtype=np.uint8)
+    weights = np.ones((64, 64), np.float32)
+    result = transfer_lab_statistics_cpu(patch, reference, weights)
+    lab_result = cv2.cvtColor(result, cv2.COLOR_RGB2LAB).reshape(-1, 3).astype(float)
+    lab_reference = cv2.cvtColor(reference, cv2.COLOR_RGB2LAB).reshape(-1, 3).astype(float)
+    np.testing.assert_allclose(lab_result.mean(0), lab_reference.mean(0), atol=2.5)
+    np.testing.assert_allclose(lab_result.std(0), lab_reference.std(0), rtol=0.15)
+
+
+def test_shading_grid_has_at_least_two_cells() -> None:
+    assert shading_grid((10, 10), 16.0) == (2, 2)
+    assert shading_grid((200, 240), 20.0) == (10, 12)
+
+
+def test_mismatched_inputs_raise_and_dispatcher_matches_cpu() -> None:
+    image = np.zeros((8, 8, 3), np.uint8)
+    with pytest.raises(InvalidFrameError):
+        match_shading_cpu(image, image[:4], np.ones((8, 8), np.float32))
+    with pytest.raises(InvalidFrameError):
+        transfer_lab_statistics_cpu(image, image, np.ones((4, 8), np.float32))
+    patch = render(detail(5), light(1.0, (1, 1, 1)))
+    reference = render(detail(6), light(-1.0, (1, 1, 1)))
+    weights = np.ones((SIZE, SIZE), np.float32)
+    np.testing.assert_array_equal(
+        match_shading(patch, reference, weights), match_shading_cpu(patch, reference, weights)
+    )

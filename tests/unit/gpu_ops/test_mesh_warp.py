@@ -1,0 +1,122 @@
+"""Mesh warp: exact corner mapping, one remap without cracks, zero outside, front faces win, parity."""
+
+import cv2
+import numpy as np
+import pytest
+from numpy.typing import NDArray
+
+from gpu_ops.backend import cupy_available
+from gpu_ops.errors import InvalidFrameError
+from gpu_ops.mesh_warp import (
+    OUTSIDE,
+    build_remap_cpu,
+    rasterize_triangle_ids_cpu,
+    triangle_affines,
+    warp_mesh,
+    warp_mesh_cpu,
+)
+
+CUPY_OK, CUPY_REASON = cupy_available()
+
+
+def grid_mesh(
+    columns: int, rows: int, step: float, origin: tuple[float, float], jitter: float, seed: int
+) -> tuple[NDArray[np.float32], NDArray[np.int32]]:
+    """A jittered grid of points (inner points only jittered) and its two triangles per cell."""
+    rng = np.random.default_rng(seed)
+    ys, xs = np.mgrid[0:rows, 0:columns].astype(np.float32)
+    points = np.stack([xs.ravel() * step + origin[0], ys.ravel() * step + origin[1]], axis=1)
+    inner = (xs.ravel() > 0) & (xs.ravel() < columns - 1) & (ys.ravel() > 0) & (ys.ravel() < rows - 1)
+    points[inner] += rng.uniform(-jitter, jitter, (int(inner.sum()), 2)).astype(np.float32)
+    triangles = []
+    for row in range(rows - 1):
+        for column in range(columns - 1):
+            a = row * columns + column
+            b, c, d = a + 1, a + columns, a + columns + 1
+            triangles += [(a, b, d), (a, d, c)]
+    return points.astype(np.float32), np.array(triangles, np.int32)
+
+
+def test_affines_map_each_dst_triangle_onto_its_src_triangle() -> None:
+    rng = np.random.default_rng(1)
+    dst = rng.uniform(0, 100, (50, 3, 2)).astype(np.float32)
+    src = rng.uniform(0, 100, (50, 3, 2)).astype(np.float32)
+    affines = triangle_affines(dst, src).astype(np.float64)
+    mapped = np.einsum("tij,tkj->tki", affines[:, :, :2], dst) + affines[:, None, :, 2]
+    np.testing.assert_allclose(mapped, src, atol=2e-3)
+
+
+def test_degenerate_triangle_gets_zero_affine_and_is_not_drawn() -> None:
+    dst = np.array([[[1, 1], [5, 5], [9, 9]]], np.float32)  # collinear
+    assert not triangle_affines(dst, dst).any()
+    assert (rasterize_triangle_ids_cpu(dst, (12, 12)) == OUTSIDE).all()
+
+
+def test_constant_texture_covers_every_pixel_inside_the_hull() -> None:
+    points, triangles = grid_mesh(9, 11, 13.0, (4.3, 3.7), jitter=4.0, seed=3)
+    src_points = points * 0.7 + 5.0
+    texture = np.full((120, 120, 4), 200, np.uint8)
+    size = (120, 150)
+    warped = warp_mesh_cpu(texture, src_points[triangles], points[triangles], size)
+    hull = np.zeros((size[1], size[0]), np.uint8)
+    cv2.fillConvexPoly(hull, cv2.convexHull(np.round(points).astype(np.int32)), 255)
+    inside = cv2.erode(hull, np.ones((3, 3), np.uint8)) > 0
+    assert inside.sum() > 10000
+    assert (warped[inside] == 200).all(), "crack: a pixel inside the mesh was not covered"
+
+
+def test_pixels_outside_the_mesh_are_zero_in_every_channel() -> None:
+    points, triangles = grid_mesh(4, 4, 10.0, (20.0, 20.0), jitter=0.0, seed=0)
+    texture = np.full((80, 80, 4), 255, np.uint8)
+    warped = warp_mesh_cpu(texture, points[triangles], points[triangles], (80, 80))
+    assert (warped[:18] == 0).all() and (warped[:, :18] == 0).all() and (warped[53:] == 0).all()
+    assert (warped[22:48, 22:48] == 255).all()
+
+
+def test_identity_mesh_reproduces_the_texture_and_translation_shifts_it() -> None:
+    rng = np.random.default_rng(5)
+    texture = rng.integers(0, 256, (100, 100, 3), dtype=np.uint8)
+    points, triangles = grid_mesh(6, 6, 15.0, (10.0, 10.0), jitter=3.0, seed=7)
+    same = warp_mesh_cpu(texture, points[triangles], points[triangles], (100, 100))
+    np.testing.assert_array_equal(same[15:80, 15:80], texture[15:80, 15:80])
+    shifted = warp_mesh_cpu(texture, (points + [3.0, 5.0])[triangles], points[triangles], (100, 100))
+    np.testing.assert_array_equal(shifted[15:80, 15:80], texture[20:85, 18:83])
+
+
+def test_front_facing_triangle_wins_over_a_folded_one() -> None:
+    front = np.array([[[0, 0], [20, 0], [0, 20]]], np.float32)  # positive signed area (y down)
+    folded = np.array([[[0, 0], [0, 20], [20, 0]]], np.float32)
+    ids = rasterize_triangle_ids_cpu(np.concatenate([front, folded]), (24, 24))
+    assert ids[5, 5] == 0
+    ids = rasterize_triangle_ids_cpu(np.concatenate([folded, front]), (24, 24))
+    assert ids[5, 5] == 1
+
+
+def test_remap_field_is_minus_one_outside() -> None:
+    points, triangles = grid_mesh(3, 3, 10.0, (10.0, 10.0), jitter=0.0, seed=0)
+    map_x, map_y = build_remap_cpu(points[triangles], points[triangles], (40, 40))
+    assert map_x[0, 0] == -1 and map_y[0, 0] == -1
+    assert map_x[15, 12] == pytest.approx(12.0) and map_y[15, 12] == pytest.approx(15.0)
+
+
+def test_bad_shapes_raise() -> None:
+    triangles = np.zeros((4, 3, 2), np.float32)
+    with pytest.raises(InvalidFrameError):
+        build_remap_cpu(triangles, triangles[:3], (10, 10))
+    with pytest.raises(InvalidFrameError):
+        warp_mesh_cpu(np.zeros((4, 4), np.float32), triangles, triangles, (10, 10))  # type: ignore[arg-type]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUPY_OK, reason=CUPY_REASON)
+def test_warp_mesh_parity() -> None:
+    import cupy
+
+    rng = np.random.default_rng(11)
+    texture = rng.integers(0, 256, (128, 128, 4), dtype=np.uint8)
+    points, triangles = grid_mesh(8, 8, 14.0, (6.0, 6.0), jitter=4.0, seed=2)
+    src = (points * 0.9 + 4.0)[triangles]
+    expected = warp_mesh_cpu(texture, src, points[triangles], (110, 110))
+    result = cupy.asnumpy(warp_mesh(cupy.asarray(texture), src, points[triangles], (110, 110)))
+    # tolerance: 1 level (bilinear rounding may differ between OpenCV's fixed point and a kernel)
+    assert np.abs(result.astype(int) - expected.astype(int)).max() <= 1
