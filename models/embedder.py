@@ -8,11 +8,12 @@ Output: float32 [N,D] exactly as the model gives it (dlib 128-d, arcface 512-d; 
 import logging
 from collections.abc import Sequence
 
-import cv2
 import numpy as np
 import onnxruntime as ort
 from numpy.typing import NDArray
 
+from gpu_ops.affine import estimate_similarity
+from gpu_ops.affine_crop import crop_faces
 from gpu_ops.errors import InvalidFrameError
 from models.errors import ModelContractError
 from models.inference import check_contract
@@ -23,28 +24,6 @@ logger = logging.getLogger(__name__)
 
 FloatArray = NDArray[np.float32]
 Embeddings = NDArray[np.float32]
-
-
-def estimate_similarity(
-    src_points: NDArray[np.floating], dst_points: NDArray[np.floating]
-) -> NDArray[np.float64]:
-    """[2,3] least-squares similarity (Umeyama, no reflection) mapping src points onto dst points."""
-    src = np.asarray(src_points, np.float64)
-    dst = np.asarray(dst_points, np.float64)
-    src_mean, dst_mean = src.mean(axis=0), dst.mean(axis=0)
-    src_centred, dst_centred = src - src_mean, dst - dst_mean
-    covariance = dst_centred.T @ src_centred / len(src)
-    u, singular, vt = np.linalg.svd(covariance)
-    sign = np.eye(2)
-    if np.linalg.det(u) * np.linalg.det(vt) < 0:
-        sign[1, 1] = -1.0
-    rotation = u @ sign @ vt
-    variance = (src_centred**2).sum() / len(src)
-    scale = float(np.trace(np.diag(singular) @ sign) / max(variance, 1e-12))
-    matrix = np.zeros((2, 3), np.float64)
-    matrix[:, 0:2] = scale * rotation
-    matrix[:, 2] = dst_mean - scale * rotation @ src_mean
-    return matrix
 
 
 def alignment_matrices(
@@ -62,15 +41,20 @@ def prepare_chips(frame: Frame, landmarks_5: FloatArray, spec: ModelSpec) -> Flo
     if spec.template is None or spec.input_size is None:
         raise ModelContractError(f"{spec.name} has no alignment template / input size")
     matrices = alignment_matrices(landmarks_5, spec.template)
-    chips = np.stack(
-        [cv2.warpAffine(frame, matrix, spec.input_size, flags=cv2.INTER_LINEAR) for matrix in matrices]
+    return np.asarray(
+        crop_faces(
+            [frame],
+            np.zeros(len(matrices), np.int64),
+            matrices,
+            spec.input_size,
+            scale=spec.scale,
+            mean=spec.mean,
+            std=spec.std,
+            swap_rb=spec.color_order == "bgr",
+            layout="nchw",
+        ),
+        np.float32,
     )
-    if spec.color_order == "bgr":
-        chips = chips[..., ::-1]
-    tensor = chips.astype(np.float32) * np.float32(spec.scale)
-    if spec.mean != (0.0, 0.0, 0.0) or spec.std != (1.0, 1.0, 1.0):
-        tensor = (tensor - np.asarray(spec.mean, np.float32)) / np.asarray(spec.std, np.float32)
-    return np.ascontiguousarray(tensor.transpose(0, 3, 1, 2), dtype=np.float32)
 
 
 def identity_distance(a: NDArray[np.floating], b: NDArray[np.floating]) -> float:

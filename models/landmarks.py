@@ -15,6 +15,7 @@ import numpy as np
 import onnxruntime as ort
 from numpy.typing import NDArray
 
+from gpu_ops.affine_crop import crop_faces
 from gpu_ops.errors import InvalidFrameError
 from models.errors import ModelContractError
 from models.inference import check_contract
@@ -70,18 +71,22 @@ def crop_matrices(
 
 def prepare_landmark_input(frame: Frame, affine_matrices: NDArray[np.float64], spec: ModelSpec) -> FloatArray:
     """[N,S,S,3] (nhwc) or [N,3,S,S] (nchw) float32 crops, in the spec's colour order and scaling."""
-    width, height = spec.input_size or (0, 0)
-    crops = np.stack(
-        [cv2.warpAffine(frame, matrix, (width, height), flags=cv2.INTER_LINEAR) for matrix in affine_matrices]
+    if spec.input_size is None:
+        raise ModelContractError(f"{spec.name} has no fixed input size")
+    return np.asarray(
+        crop_faces(
+            [frame],
+            np.zeros(len(affine_matrices), np.int64),
+            affine_matrices,
+            spec.input_size,
+            scale=spec.scale,
+            mean=spec.mean,
+            std=spec.std,
+            swap_rb=spec.color_order == "bgr",
+            layout=spec.layout,
+        ),
+        np.float32,
     )
-    if spec.color_order == "bgr":
-        crops = crops[..., ::-1]
-    tensor = crops.astype(np.float32) * np.float32(spec.scale)
-    if spec.mean != (0.0, 0.0, 0.0) or spec.std != (1.0, 1.0, 1.0):
-        tensor = (tensor - np.asarray(spec.mean, np.float32)) / np.asarray(spec.std, np.float32)
-    if spec.layout == "nchw":
-        tensor = tensor.transpose(0, 3, 1, 2)
-    return np.ascontiguousarray(tensor, dtype=np.float32)
 
 
 def _crop_to_frame(points_crop: FloatArray, affine_matrices: NDArray[np.float64]) -> FloatArray:
