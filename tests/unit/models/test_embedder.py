@@ -16,6 +16,7 @@ from models.registry import get_spec
 from tests.fakes import FakeSession, Feeds
 
 DLIB = get_spec("dlib_resnet_128")
+DLIB_TEMPLATE = DLIB.template or ()
 ARCFACE = get_spec("arcface_w600k_r50")
 
 
@@ -63,8 +64,8 @@ def test_identity_distance_is_euclidean() -> None:
 
 
 def test_alignment_matrices_are_batched() -> None:
-    points = np.stack([np.asarray(DLIB.template, np.float32)] * 3)
-    matrices = alignment_matrices(points, DLIB.template)
+    points = np.stack([np.asarray(DLIB_TEMPLATE, np.float32)] * 3)
+    matrices = alignment_matrices(points, DLIB_TEMPLATE)
     assert matrices.shape == (3, 2, 3)
     np.testing.assert_allclose(matrices[0], np.eye(2, 3), atol=1e-5)  # float32 points
 
