@@ -7,7 +7,10 @@ input", ONNX Reshape semantics with allowzero=0), so the batch flows through. St
 dropped and re-inferred by ONNX Runtime. Initializers are never reordered or rewritten: inswapper's `emap`
 stays the last initializer, where `models.swapper.extract_emap` looks for it.
 
-The converted file is cached once in `cache_dir`, keyed by the source file's sha256.
+The rewrite assumes dim 0 is the batch everywhere. A graph that moves the batch into another axis would
+convert into a wrong model, so before a copy enters the cache it must run a batch of 2 equal to 2 runs of
+1 (on CPU, once per file); otherwise ModelContractError, and the caller keeps the batch-1 original. The
+converted file is cached once in `cache_dir`, keyed by the source file's sha256.
 """
 
 import hashlib
@@ -19,6 +22,8 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnxruntime as ort
+from numpy.typing import NDArray
 from onnx import helper, numpy_helper
 
 from models.errors import ModelContractError
@@ -27,6 +32,7 @@ logger = logging.getLogger(__name__)
 
 BATCH_DIM_NAME = "N"
 _CHUNK_BYTES = 1 << 20
+_CHECK_BATCH = 2
 
 
 @dataclass(frozen=True)
@@ -119,6 +125,55 @@ def make_batch_dynamic(model: onnx.ModelProto) -> ConversionReport:
     return ConversionReport(inputs_changed, outputs_changed, reshapes, value_info_dropped, last)
 
 
+def _random_inputs(session: ort.InferenceSession, batch: int) -> dict[str, NDArray[np.generic]] | None:
+    """Seeded inputs for every graph input with batch `batch`; None when another dim is symbolic."""
+    rng = np.random.default_rng(0)
+    feeds: dict[str, NDArray[np.generic]] = {}
+    for arg in session.get_inputs():
+        rest = arg.shape[1:]
+        if not all(isinstance(dim, int) for dim in rest):
+            return None
+        dtype = np.float16 if arg.type == "tensor(float16)" else np.float32
+        if arg.type not in ("tensor(float)", "tensor(float16)"):
+            return None
+        feeds[arg.name] = rng.random((batch, *rest)).astype(dtype)
+    return feeds
+
+
+def check_batch_equivalence(path: Path) -> None:
+    """Raise ModelContractError unless a batch of 2 gives what 2 single runs give (CPU, seeded input).
+
+    Models with other symbolic dims (detectors) or non-float inputs are not checked (logged).
+    """
+    options = ort.SessionOptions()
+    options.log_severity_level = 3  # "unused initializer emap" is expected, not news
+    session = ort.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"])
+    feeds = _random_inputs(session, _CHECK_BATCH)
+    if feeds is None:
+        logger.info("%s: inputs have other symbolic dims; batch equivalence not checked", path.name)
+        return
+    try:
+        together = session.run(None, feeds)
+        singles = [
+            session.run(None, {k: v[i : i + 1] for k, v in feeds.items()}) for i in range(_CHECK_BATCH)
+        ]
+    except Exception as exc:  # ORT raises its own error types for shape/Reshape failures
+        raise ModelContractError(
+            f"{path.name}: the batch-{BATCH_DIM_NAME} copy does not run ({exc})"
+        ) from exc
+    for index, batched_output in enumerate(together):
+        expected = np.concatenate([single[index] for single in singles]).astype(np.float32)
+        actual = np.asarray(batched_output, dtype=np.float32)
+        tolerance = (1e-2 if batched_output.dtype == np.float16 else 1e-4) * (
+            1.0 + float(np.abs(expected).max())
+        )
+        if actual.shape != expected.shape or not np.allclose(actual, expected, rtol=0, atol=tolerance):
+            raise ModelContractError(
+                f"{path.name}: a batch of {_CHECK_BATCH} differs from {_CHECK_BATCH} single runs "
+                "(the graph mixes the batch into another axis); keep the batch-1 file"
+            )
+
+
 def converted_path(src: Path, cache_dir: Path, sha256: str) -> Path:
     """Where the dynamic-batch copy of `src` with content hash `sha256` lives in `cache_dir`."""
     return cache_dir / f"{src.stem}.{sha256[:16]}.batch{BATCH_DIM_NAME}.onnx"
@@ -150,6 +205,7 @@ def convert_to_dynamic_batch(src: Path, cache_dir: Path, *, source_sha256: str |
     os.close(descriptor)
     try:
         onnx.save(model, temporary_name)
+        check_batch_equivalence(Path(temporary_name))
         os.replace(temporary_name, destination)
     finally:
         if os.path.exists(temporary_name):

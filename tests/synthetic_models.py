@@ -8,6 +8,8 @@ the real exports do). Their maths is simple enough that a test can predict every
 - identity swapper: output = target (the source only enters through a term multiplied by zero);
 - latent-dependent swapper: output = clip(target + 0.25 * tanh(source @ W), 0, 1), W [512,3] one shift
   per colour channel, so the latent maths is observable in the output colour;
+- batch-folding swapper: output = target, but computed through a Transpose that moves the batch to axis 1
+  and a Reshape back; right at batch 1, wrong after a naive batch conversion (which must refuse it);
 - arcface: 512-d embedding = (16x16-average-pooled chip, flattened) @ W, batch symbolic;
 - gfpgan: output = input (identity in [-1, 1]), batch fixed at 1.
 """
@@ -20,7 +22,7 @@ import onnx
 from numpy.typing import NDArray
 from onnx import TensorProto, helper, numpy_helper
 
-SwapperKind = Literal["identity", "latent_dependent"]
+SwapperKind = Literal["identity", "latent_dependent", "batch_folding"]
 
 OPSET = 17
 LATENT_SHIFT_SCALE = 0.25
@@ -81,6 +83,14 @@ def build_inswapper(
             helper.make_node("ReduceMean", ["source_4d"], ["source_mean"], axes=[1], keepdims=1),
             helper.make_node("Mul", ["source_mean", "zero"], ["source_term"]),
             helper.make_node("Add", [target, "source_term"], ["result"]),
+        ]
+    elif kind == "batch_folding":
+        initializers.append(
+            numpy_helper.from_array(np.array([1, 3, 128, 128], dtype=np.int64), "unfold_shape")
+        )
+        nodes += [
+            helper.make_node("Transpose", [target], ["folded"], perm=[1, 0, 2, 3]),
+            helper.make_node("Reshape", ["folded", "unfold_shape"], ["result"]),
         ]
     else:
         initializers += [

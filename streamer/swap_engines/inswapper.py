@@ -24,6 +24,7 @@ from gpu_ops.masks import feather_outside_cpu, fill_polygons_cpu
 from gpu_ops.paste_back import paste_back
 from models.batch_conversion import convert_to_dynamic_batch
 from models.enhancer import Enhancer
+from models.errors import ModelContractError
 from models.face_mesh_topology import LIPS_INNER
 from models.inference import InferenceConfig, create_session
 from models.model_files import ModelStore, default_cache_dir
@@ -94,11 +95,19 @@ def converted_models_dir() -> Path:
 def load_batched_session(
     store: ModelStore, name: str, inference: InferenceConfig, cache_dir: Path
 ) -> tuple[ort.InferenceSession, Path]:
-    """A session on the dynamic-batch copy of a verified model file; returns it with the original path."""
+    """A session on the dynamic-batch copy of a verified model file; returns it with the original path.
+
+    When the copy cannot be made or does not batch correctly, the verified batch-1 file is used
+    (one session call per face) and the reason is logged.
+    """
     path = store.path(name)
     verdict = store.check(name)  # digest cached by path(): no second hash of the file
-    converted = convert_to_dynamic_batch(path, cache_dir, source_sha256=verdict.sha256)
-    return create_session(converted, store.spec(name), inference), path
+    try:
+        model_path = convert_to_dynamic_batch(path, cache_dir, source_sha256=verdict.sha256)
+    except ModelContractError as error:
+        logger.warning("%s: running with its fixed batch of 1: %s", name, error)
+        model_path = path
+    return create_session(model_path, store.spec(name), inference), path
 
 
 @dataclass(frozen=True, eq=False)

@@ -11,6 +11,7 @@ from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
 
 from models.batch_conversion import (
     BATCH_DIM_NAME,
+    check_batch_equivalence,
     convert_to_dynamic_batch,
     converted_path,
     file_sha256,
@@ -115,3 +116,21 @@ def test_missing_or_garbage_file_is_a_contract_error(tmp_path: Path) -> None:
     garbage.write_bytes(b"\x00not a model" * 10)
     with pytest.raises(ModelContractError, match="not a readable ONNX"):
         convert_to_dynamic_batch(garbage, tmp_path / "cache")
+
+
+def test_graph_that_folds_the_batch_is_refused_and_not_cached(tmp_path: Path) -> None:
+    folding = synthetic_models.build_inswapper(tmp_path / "folding.onnx", kind="batch_folding")
+    target = np.random.default_rng(0).random((1, 3, 128, 128), dtype=np.float32)
+    (output,) = _session(folding).run(["output"], {"target": target, "source": np.ones((1, 512), np.float32)})
+    np.testing.assert_array_equal(output, target)  # a fine batch-1 model ...
+    cache = tmp_path / "cache"
+    with pytest.raises(ModelContractError, match="batch"):  # ... that a naive conversion would break
+        convert_to_dynamic_batch(folding, cache)
+    assert list(cache.iterdir()) == []
+
+
+def test_batch_equivalence_check_passes_the_good_lookalikes(latent_swapper: Path, tmp_path: Path) -> None:
+    converted = convert_to_dynamic_batch(latent_swapper, tmp_path)
+    check_batch_equivalence(converted)  # raises on failure
+    arcface = synthetic_models.build_arcface(tmp_path / "arcface.onnx")  # symbolic already: nothing to do
+    check_batch_equivalence(arcface)

@@ -327,3 +327,19 @@ def test_from_store_loads_the_batched_swapper_arcface_and_enhancer(tmp_path: Pat
     again = InswapperEngine.from_store(store, InferenceConfig(), detector, ModelNames(), cache_dir=cache)
     assert again.enhancer is None
     assert sorted(path.name for path in cache.iterdir()) == converted  # the swapper copy was reused
+
+
+def test_from_store_falls_back_to_batch_1_when_conversion_is_refused(tmp_path: Path) -> None:
+    models = tmp_path / "models"
+    synthetic_models.build_inswapper(models / "inswapper_128_fp16.onnx", kind="batch_folding")
+    synthetic_models.build_arcface(models / "arcface_w600k_r50.onnx")
+    store = ModelStore(models)
+    store.pin("inswapper_128_fp16")
+    store.pin("arcface_w600k_r50")
+    engine = InswapperEngine.from_store(
+        store, InferenceConfig(), FakeDetector(FACES), ModelNames(), cache_dir=tmp_path / "converted"
+    )
+    assert not engine.swapper.supports_batch and engine.enhancer is None
+    frame = smooth_frame()
+    output = engine.swap(frame, FACES, engine.prepare_source(frame), SwapOptions())
+    assert np.abs(output.astype(int) - frame.astype(int)).max() <= 1  # identity maths, one call per face
