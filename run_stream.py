@@ -82,6 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
     camera.add_argument("--width", type=int, default=1280)
     camera.add_argument("--height", type=int, default=720)
     camera.add_argument("--fps", type=int, default=30)
+    camera.add_argument("--virtual-cam-backend", help="pyvirtualcam backend (default: the system's)")
+    camera.add_argument("--virtual-cam-device", help="e.g. /dev/video10 (default: first loopback device)")
+    camera.add_argument("--frames", type=int, default=None, help="stop after N frames out (tests)")
     add_model_options(camera)
     add_swap_options(camera)
 
