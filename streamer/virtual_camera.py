@@ -122,7 +122,7 @@ class PreviewServer:
 
     def __init__(self, port: int = PREVIEW_PORT, max_fps: float = PREVIEW_MAX_FPS) -> None:
         self._latest = _LatestJpeg()
-        self._min_interval = 1.0 / max_fps
+        self._min_interval = 0.9 / max_fps  # slack: a frame a hair early is not skipped
         self._last_encoded = 0.0
         handler = _make_handler(self._latest)
         try:
