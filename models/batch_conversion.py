@@ -179,12 +179,18 @@ def converted_path(src: Path, cache_dir: Path, sha256: str) -> Path:
     return cache_dir / f"{src.stem}.{sha256[:16]}.batch{BATCH_DIM_NAME}.onnx"
 
 
+def refusal_path(destination: Path) -> Path:
+    """Marker next to a would-be copy that failed the batch check: its text is the reason."""
+    return destination.with_name(destination.name + ".refused")
+
+
 def convert_to_dynamic_batch(src: Path, cache_dir: Path, *, source_sha256: str | None = None) -> Path:
     """Path of a copy of `src` with a symbolic batch dim; converts once, then reuses the cached file.
 
     The cache key is the sha256 of `src` (pass `source_sha256` when the caller has just verified it, to
     skip hashing hundreds of MB again), so a replaced model file gets a fresh conversion. The file is
-    written under a temporary name and renamed, so a crash never leaves a half-written cache entry.
+    written under a temporary name and renamed, so a crash never leaves a half-written cache entry. A copy
+    that fails `check_batch_equivalence` is not kept; a `.refused` marker makes later calls fail fast.
     """
     if not src.is_file():
         raise ModelContractError(f"cannot convert {src}: no such file")
@@ -193,6 +199,11 @@ def convert_to_dynamic_batch(src: Path, cache_dir: Path, *, source_sha256: str |
     if destination.is_file():
         logger.debug("dynamic-batch copy of %s found at %s", src.name, destination)
         return destination
+    refusal = refusal_path(destination)
+    if refusal.is_file():  # converting hundreds of MB again would only fail again
+        raise ModelContractError(
+            f"{refusal.read_text(encoding='utf-8').strip()} (verdict cached in {refusal})"
+        )
     try:
         model = onnx.load(str(src))
     except Exception as exc:  # onnx raises DecodeError/ValueError variants; all mean "not a model"
@@ -205,7 +216,11 @@ def convert_to_dynamic_batch(src: Path, cache_dir: Path, *, source_sha256: str |
     os.close(descriptor)
     try:
         onnx.save(model, temporary_name)
-        check_batch_equivalence(Path(temporary_name))
+        try:
+            check_batch_equivalence(Path(temporary_name))
+        except ModelContractError as error:
+            refusal.write_text(f"{error}\n", encoding="utf-8")
+            raise
         os.replace(temporary_name, destination)
     finally:
         if os.path.exists(temporary_name):

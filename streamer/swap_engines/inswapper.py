@@ -157,6 +157,7 @@ class InswapperEngine:
         self._crop_size = swapper.spec.input_size
         self.crop_mask = feathered_box_mask(swapper.spec.input_size)
         self._batches_seen = 0
+        self._warned_no_enhancer = False
 
     @classmethod
     def from_store(
@@ -245,6 +246,9 @@ class InswapperEngine:
             if mesh is not None:
                 mask = mask * (1.0 - inner_mouth_mask(mesh, matrix, self._crop_size))
             paste_back(outputs[int(index)], crop, matrix, mask)
+        if any(enhance_flags) and self.enhancer is None and not self._warned_no_enhancer:
+            logger.warning("enhancement asked for but no enhancer is loaded: faces are swapped only")
+            self._warned_no_enhancer = True
         if enhance_now and self.enhancer is not None and any(enhance_flags):
             selected = np.asarray(enhance_flags, dtype=bool)
             self.enhancer.enhance_faces(

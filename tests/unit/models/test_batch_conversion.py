@@ -126,7 +126,10 @@ def test_graph_that_folds_the_batch_is_refused_and_not_cached(tmp_path: Path) ->
     cache = tmp_path / "cache"
     with pytest.raises(ModelContractError, match="batch"):  # ... that a naive conversion would break
         convert_to_dynamic_batch(folding, cache)
-    assert list(cache.iterdir()) == []
+    (marker,) = cache.iterdir()  # no model copy, only the verdict
+    assert marker.name.endswith(".refused")
+    with pytest.raises(ModelContractError, match="verdict cached"):
+        convert_to_dynamic_batch(folding, cache)
 
 
 def test_batch_equivalence_check_passes_the_good_lookalikes(latent_swapper: Path, tmp_path: Path) -> None:
