@@ -63,9 +63,10 @@ def warp_crop_cpu(frame: NDArray[np.uint8], affine_matrix: Any, size: tuple[int,
     """One aligned crop, uint8 [h,w,3]: exactly cv2.warpAffine with bilinear and replicated borders."""
     _check_frame(frame)
     matrix = np.asarray(affine_matrix, dtype=np.float32).reshape(2, 3)
-    return cv2.warpAffine(
+    crop = cv2.warpAffine(
         frame, matrix, _check_size(size), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE
     )
+    return np.asarray(crop, dtype=np.uint8)
 
 
 def warp_crop_gpu(frame: Any, affine_matrix: Any, size: tuple[int, int]) -> Any:

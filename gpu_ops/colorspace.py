@@ -144,7 +144,7 @@ def pad_to_even(frame: RgbFrame) -> RgbFrame:
     pad_bottom, pad_right = frame.shape[0] % 2, frame.shape[1] % 2
     if not (pad_bottom or pad_right):
         return frame
-    return cv2.copyMakeBorder(frame, 0, pad_bottom, 0, pad_right, cv2.BORDER_REPLICATE)
+    return np.asarray(cv2.copyMakeBorder(frame, 0, pad_bottom, 0, pad_right, cv2.BORDER_REPLICATE), np.uint8)
 
 
 def yuv420_to_rgb_fixed_point(y: Plane, u: Plane, v: Plane, coefficients: YuvToRgbCoefficients) -> RgbFrame:
@@ -183,7 +183,7 @@ def i420_to_rgb_cpu(
     """Planar 4:2:0 -> RGB on the CPU. BT.601 limited goes through OpenCV (same bits, faster)."""
     _check_planes(y, u, v)
     if colorspace == "bt601" and not full_range:
-        return cv2.cvtColor(_packed_420(y, (u, v)), cv2.COLOR_YUV2RGB_I420)
+        return np.asarray(cv2.cvtColor(_packed_420(y, (u, v)), cv2.COLOR_YUV2RGB_I420), np.uint8)
     return yuv420_to_rgb_fixed_point(y, u, v, yuv_to_rgb_coefficients(colorspace, full_range))
 
 
@@ -204,7 +204,7 @@ def nv12_to_rgb_cpu(
     _check_planes(y, np.ascontiguousarray(u), np.ascontiguousarray(v))
     if colorspace == "bt601" and not full_range:
         uv_rows = np.ascontiguousarray(uv).reshape(y.shape[0] // 2, y.shape[1])
-        return cv2.cvtColor(_packed_420(y, (uv_rows,)), cv2.COLOR_YUV2RGB_NV12)
+        return np.asarray(cv2.cvtColor(_packed_420(y, (uv_rows,)), cv2.COLOR_YUV2RGB_NV12), np.uint8)
     return yuv420_to_rgb_fixed_point(y, u, v, yuv_to_rgb_coefficients(colorspace, full_range))
 
 
@@ -216,7 +216,9 @@ def rgb_to_i420_cpu(
     coefficients = rgb_to_yuv_coefficients(colorspace, full_range)
     shift = FIXED_POINT_SHIFT
     if colorspace == "bt601" and not full_range:
-        y = np.ascontiguousarray(cv2.cvtColor(rgb, cv2.COLOR_RGB2YUV_I420)[:height])  # same integer maths
+        y = np.ascontiguousarray(
+            cv2.cvtColor(rgb, cv2.COLOR_RGB2YUV_I420)[:height], dtype=np.uint8
+        )  # same integer maths
     else:
         pixels = rgb.astype(np.int32)
         luma = (

@@ -39,7 +39,9 @@ def test_recovers_exact_similarity_and_matches_opencv() -> None:
 def test_least_squares_fit_beats_any_perturbed_matrix_on_noisy_points() -> None:
     rng = np.random.default_rng(1)
     landmarks = (
-        ARCFACE_TEMPLATE * 2.3 + np.float32([200, 120]) + rng.normal(0, 2.0, (5, 2)).astype(np.float32)
+        ARCFACE_TEMPLATE * 2.3
+        + np.array([200, 120], dtype=np.float32)
+        + rng.normal(0, 2.0, (5, 2)).astype(np.float32)
     )
     matrix = estimate_similarity(landmarks, ARCFACE_TEMPLATE).astype(np.float64)
 
@@ -65,7 +67,7 @@ def test_batched_estimate_equals_per_face_estimates_with_shared_template() -> No
 
 def test_invert_affine_matches_opencv_and_round_trips_points() -> None:
     rng = np.random.default_rng(3)
-    matrix = np.float32([[1.3, 0.4, -20.0], [-0.2, 0.9, 35.0]])
+    matrix = np.array([[1.3, 0.4, -20.0], [-0.2, 0.9, 35.0]], dtype=np.float32)
     inverse = invert_affine(matrix)
     np.testing.assert_allclose(inverse, cv2.invertAffineTransform(matrix), rtol=1e-5, atol=1e-4)
     points = rng.uniform(-100, 700, (7, 2)).astype(np.float32)

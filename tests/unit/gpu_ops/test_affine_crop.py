@@ -125,7 +125,7 @@ def test_crop_faces_writes_into_preallocated_buffer() -> None:
 
 def test_crop_faces_rejects_bad_batches() -> None:
     frame = np.zeros((32, 32, 3), dtype=np.uint8)
-    matrix = np.float32([[1, 0, 0], [0, 1, 0]])
+    matrix = np.array([[1, 0, 0], [0, 1, 0]], dtype=np.float32)
     with pytest.raises(InvalidFrameError, match="frame_index"):
         crop_faces_cpu([frame], np.array([1]), matrix[None], (16, 16))
     with pytest.raises(InvalidFrameError, match="affine_matrices"):
@@ -159,17 +159,14 @@ def test_affine_crop_parity() -> None:
         warp_crop_cpu(frames[0], matrices[0], (128, 128)),
     )  # exact
     for layout in ("nchw", "nhwc"):
-        kwargs = {
-            "scale": 1 / 255,
-            "mean": (0.5, 0.4, 0.3),
-            "std": (0.5, 0.25, 0.2),
-            "swap_rb": True,
-            "layout": layout,
-        }
-        cpu = crop_faces_cpu(frames, frame_index, matrices, (128, 112), **kwargs)  # type: ignore[arg-type]
+        cpu = crop_faces_cpu(
+            frames, frame_index, matrices, (128, 112), scale=1 / 255, mean=(0.5, 0.4, 0.3), std=(0.5, 0.25, 0.2),
+            swap_rb=True, layout=layout,  # type: ignore[arg-type]
+        )  # fmt: skip
         out = cupy.empty(cpu.shape, dtype=cupy.float32)
         gpu = crop_faces(
-            device_frames, cupy.asarray(frame_index), cupy.asarray(matrices), (128, 112), out=out, **kwargs
-        )  # type: ignore[arg-type]
+            device_frames, cupy.asarray(frame_index), cupy.asarray(matrices), (128, 112), scale=1 / 255,
+            mean=(0.5, 0.4, 0.3), std=(0.5, 0.25, 0.2), swap_rb=True, layout=layout, out=out,  # type: ignore[arg-type]
+        )  # fmt: skip
         assert gpu is out
         np.testing.assert_allclose(cupy.asnumpy(gpu), cpu, rtol=1e-6, atol=1e-6)

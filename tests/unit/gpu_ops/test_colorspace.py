@@ -122,8 +122,8 @@ def test_i420_to_rgb_rejects_odd_and_mismatched_planes() -> None:
             np.zeros((8, 8), np.uint8),
             np.zeros((4, 4), np.uint8),
             np.zeros((4, 4), np.uint8),
-            colorspace="bt2020",
-        )  # type: ignore[arg-type]
+            colorspace="bt2020",  # type: ignore[arg-type]
+        )
     with pytest.raises(InvalidFrameError, match="pad_to_even"):
         rgb_to_i420_cpu(np.zeros((7, 8, 3), np.uint8))
 
