@@ -3,8 +3,9 @@
 MediaPipe-style: on a detection frame the detector (letterboxed to `detection_width`) finds the faces
 and they are matched to the live tracks by box IoU; on the frames between, each face's crop is derived
 from its previous mesh, so the landmarker alone follows it (a face whose presence drops below the
-threshold counts as missed). A missed face is held, unchanged, for `hold_frames` frames so the swap does
-not flicker; then it is dropped. Box, 5 points and mesh are One-Euro smoothed per track.
+threshold counts as missed). With a landmarker, box and 5 points come from the mesh on every frame (one
+consistent source); without one, from the detector. A missed face is held, unchanged, for `hold_frames`
+frames so the swap does not flicker; then it is dropped. Box, 5 points and mesh are One-Euro smoothed.
 """
 
 import logging
@@ -127,6 +128,7 @@ class FaceTracker:
         presence_threshold: float = 0.5,
         smoothing: OneEuroConfig | None = DEFAULT_SMOOTHING,
         frame_rate: float = 30.0,
+        points_from_mesh: bool = True,
     ) -> None:
         if detect_every < 1 or hold_frames < 0:
             raise ValueError(
@@ -141,6 +143,7 @@ class FaceTracker:
         self.presence_threshold = presence_threshold
         self.smoothing = smoothing
         self.frame_rate = frame_rate
+        self.points_from_mesh = points_from_mesh
         self.detections_run = 0
         self.reset()
 
@@ -206,10 +209,11 @@ class FaceTracker:
         return observed
 
     def _refine_with_mesh(self, frame: Frame, observed: list[_Track]) -> list[_Track]:
-        """Mesh every observed face. On a detection frame the crop comes from the detection and the box
-        and 5 points stay the detector's; between detections the crop comes from the previous mesh and
-        box and 5 points from the new one. A face the landmarker rejects counts as missed; a new track
-        rejected at once is dropped (a detector false positive)."""
+        """Mesh every observed face. On a detection frame the crop comes from the detection, between
+        detections from the previous mesh. Box and 5 points then come from the new mesh (or, with
+        `points_from_mesh=False`, from the detector on detection frames: alternating sources cost
+        3x the frame-to-frame jitter on the real clip). A face the landmarker rejects counts as
+        missed; a new track rejected at once is dropped (a detector false positive)."""
         assert self.landmarker is not None
         detection_frame = self._last_detection_index == self._frame_index
         if detection_frame:
@@ -225,7 +229,7 @@ class FaceTracker:
                 track.missed = track.missed + 1 if track.output is not None else self.hold_frames + 1
                 continue
             track.mesh = landmarks.points[index]
-            if not detection_frame:
+            if self.points_from_mesh or not detection_frame:
                 track.landmarks_5 = landmarks_5_from_mesh(track.mesh)
                 track.box = box_from_mesh(track.mesh)
             kept.append(track)

@@ -49,11 +49,15 @@ def mesh_of(box: FloatArray) -> FloatArray:
 
 
 class ScriptedDetector:
-    """Reports the scene's faces of the frame it is given (optionally in reverse order)."""
+    """Reports the scene's faces of the frame it is given (optionally in reverse order), its 5 points
+    shifted by `points_offset` px from the landmarker's."""
 
-    def __init__(self, scene: Scene, reverse_on: frozenset[int] = frozenset()) -> None:
+    def __init__(
+        self, scene: Scene, reverse_on: frozenset[int] = frozenset(), points_offset: float = 0.0
+    ) -> None:
         self.scene = scene
         self.reverse_on = reverse_on
+        self.points_offset = points_offset
         self.calls: list[tuple[int, InputSize | None]] = []
 
     def detect(self, frame: Frame, *, input_size: InputSize | None = None) -> Detections:
@@ -65,7 +69,9 @@ class ScriptedDetector:
         return Detections(
             boxes,
             np.full(len(boxes), 0.9, np.float32),
-            np.stack([points_of(b) for b in boxes]) if len(boxes) else np.zeros((0, 5, 2), np.float32),
+            np.stack([points_of(b) + self.points_offset for b in boxes])
+            if len(boxes)
+            else np.zeros((0, 5, 2), np.float32),
         )
 
 
@@ -170,6 +176,23 @@ def test_mesh_follows_a_moving_face_between_detections() -> None:
     np.testing.assert_allclose(crop_frame_2, scene[1][0], atol=1e-3)
     face = tracker.track(frame_number(8))  # no face in the scene any more: held
     assert len(face) == 1 and face[0].mesh is not None
+
+
+@pytest.mark.parametrize("points_from_mesh", [True, False])
+def test_five_points_come_from_one_source(points_from_mesh: bool) -> None:
+    scene = {n: [STILL_FACE] for n in range(4)}
+    tracker = FaceTracker(
+        ScriptedDetector(scene, points_offset=3.0),
+        ScriptedLandmarker(scene),
+        detect_every=2,
+        smoothing=None,
+        points_from_mesh=points_from_mesh,
+    )
+    outputs = [tracker.track(frame_number(n))[0].landmarks_5 for n in range(4)]
+    mesh_points = points_of(np.array(STILL_FACE, np.float32))
+    for n, points in enumerate(outputs):
+        from_detector = n % 2 == 0 and not points_from_mesh
+        np.testing.assert_allclose(points, mesh_points + (3.0 if from_detector else 0.0), atol=1e-4)
 
 
 def test_landmarker_rejection_holds_a_known_face_and_drops_a_false_positive() -> None:
