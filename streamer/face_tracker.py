@@ -154,14 +154,27 @@ class FaceTracker:
         self._last_detection_index = -(10**9)
         self._next_id = getattr(self, "_next_id", 0)
 
-    def track(self, frame: Frame, timestamp: float | None = None) -> list[TrackedFace]:
+    def detection_due(self) -> bool:
+        """Whether the next `track` call runs the detector (no faces yet, or the cadence says so)."""
+        return not self._tracks or self._frame_index + 1 - self._last_detection_index >= self.detect_every
+
+    def detection_input_size(self, frame: Frame) -> InputSize:
+        """The detector input (w, h) this tracker uses for frames of this size."""
+        height, width = frame.shape[:2]
+        return fit_input_size((width, height), self.detection_width)
+
+    def track(
+        self, frame: Frame, timestamp: float | None = None, *, detections: Detections | None = None
+    ) -> list[TrackedFace]:
         """Faces in this frame (held ones included), ordered by track id. `timestamp` in seconds;
-        by default frames are taken to be 1 / frame_rate apart."""
+        by default frames are taken to be 1 / frame_rate apart. A caller that batches detection over
+        streams passes `detections` (from `detector.detect_batch(..., input_size=
+        detection_input_size(frame))`) when `detection_due()`; they are ignored when not due."""
+        due = self.detection_due()
         self._frame_index += 1
         now = self._frame_index / self.frame_rate if timestamp is None else timestamp
-        due = self._frame_index - self._last_detection_index >= self.detect_every
-        if not self._tracks or due:
-            observed = self._detect(frame)
+        if due:
+            observed = self._detect(frame, detections)
         else:
             observed = [track for track in self._tracks if track.mesh is not None]
         if self.landmarker is not None and observed:
@@ -172,14 +185,13 @@ class FaceTracker:
         self._tracks = [t for t in self._tracks if t.missed <= self.hold_frames and t.output is not None]
         return [track.output for track in sorted(self._tracks, key=lambda t: t.track_id) if track.output]
 
-    def _detect(self, frame: Frame) -> list[_Track]:
-        """Run the detector; update matched tracks, start new ones, count the unmatched as missed."""
+    def _detect(self, frame: Frame, detections: Detections | None) -> list[_Track]:
+        """Run the detector (unless given its result); update matched tracks, start new ones, count the
+        unmatched as missed."""
         self._last_detection_index = self._frame_index
-        self.detections_run += 1
-        height, width = frame.shape[:2]
-        detections = self.detector.detect(
-            frame, input_size=fit_input_size((width, height), self.detection_width)
-        )
+        if detections is None:
+            self.detections_run += 1
+            detections = self.detector.detect(frame, input_size=self.detection_input_size(frame))
         track_boxes = np.array([t.box for t in self._tracks], np.float32).reshape(-1, 4)
         pairs = associate(track_boxes, detections.boxes, self.iou_threshold)
         matched_tracks = {track_index for track_index, _ in pairs}

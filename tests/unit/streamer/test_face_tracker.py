@@ -136,6 +136,20 @@ def test_detects_every_frame_while_there_is_no_face() -> None:
     assert [len(faces) for faces in result] == [0, 0, 0, 1, 1, 1]
 
 
+def test_detections_from_a_batched_caller_are_used_when_due() -> None:
+    scene = {n: [STILL_FACE] for n in range(4)}
+    detector = ScriptedDetector(scene)
+    tracker = FaceTracker(detector, None, detect_every=2, smoothing=None)
+    due = []
+    for n in range(4):
+        due.append(tracker.detection_due())
+        frame = frame_number(n)
+        given = detector.detect(frame, input_size=tracker.detection_input_size(frame)) if due[-1] else None
+        assert [face.box.tolist() for face in tracker.track(frame, detections=given)] == [STILL_FACE]
+    assert due == [True, False, True, False]
+    assert tracker.detections_run == 0 and len(detector.calls) == 2
+
+
 def test_ids_follow_faces_by_overlap_not_detection_order() -> None:
     left, right = [20.0, 40.0, 100.0, 140.0], [200.0, 40.0, 280.0, 140.0]
     scene = {n: [[left[0] + 2 * n, 40.0, left[2] + 2 * n, 140.0], right] for n in range(4)}
