@@ -110,6 +110,8 @@ class CameraLoop:
                 if self.max_frames is not None and sent >= self.max_frames:
                     break
                 self._pacer.sleep_until_next_frame()
+            if self._worker_error is not None:
+                raise self._worker_error
         finally:
             self._stop.set()
             worker.join()
@@ -148,7 +150,6 @@ class CameraLoop:
                     self._output = output
         except Exception as error:  # noqa: BLE001 - a capture failure: the main thread re-raises it
             self._worker_error = error
-            self._stop.set()
 
     def _process_one(self, captured: CapturedFrame) -> Frame:
         """A frame that fails to swap goes out unswapped: one bad frame must not end a call."""

@@ -11,6 +11,7 @@ import logging
 import platform
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,6 +37,10 @@ class CameraNotFoundError(InvalidInputError):
 
 class CameraBusyError(LivefuseError):
     """The camera exists but another program holds it (or we may not open it)."""
+
+
+class CameraDisconnectedError(LivefuseError):
+    """The camera stopped delivering frames while capturing (unplugged, driver error)."""
 
 
 @dataclass(frozen=True)
@@ -124,8 +129,9 @@ def _camera_error(url: str, error: av.error.FFmpegError) -> LivefuseError:
 class CameraCapture:
     """Capture thread + one-slot newest frame. `start()`, `read()`, idempotent `close()`.
 
-    A file device is paced at its frame rate and looped; a file that never yields a frame is an error
-    raised by `read()`. Counters: `captured` (frames decoded), `dropped` (overwritten before a read).
+    A file device is paced at its frame rate and looped; a file that never yields a frame, or a camera
+    that stops, is an error raised by `read()`. Counters: `captured` (frames decoded), `dropped`
+    (overwritten before a read), `loops` (file restarts), `corrupt_packets`.
     """
 
     def __init__(self, device: str, *, width: int, height: int, fps: float) -> None:
@@ -136,6 +142,7 @@ class CameraCapture:
         self.captured = 0
         self.dropped = 0
         self.loops = 0
+        self.corrupt_packets = 0
         self._container = open_capture(device, width=width, height=height, fps=fps)
         stream = self._container.streams.video[0]
         stream.thread_type = "AUTO"
@@ -210,7 +217,7 @@ class CameraCapture:
         paced = 0
         while not self._stopping.is_set():
             frames_this_pass = 0
-            for video_frame in self._container.decode(video=0):
+            for video_frame in self._decode_pass():
                 if self._stopping.is_set():
                     return
                 if self.is_file:  # play at the file's rate, like a camera would deliver it
@@ -221,11 +228,20 @@ class CameraCapture:
                 frames_this_pass += 1
                 self._publish(video_frame)
             if not self.is_file:
-                raise CameraBusyError(f"camera {self.device} stopped delivering frames")
+                raise CameraDisconnectedError(f"camera {self.device} stopped delivering frames")
             if frames_this_pass == 0:
                 raise InvalidInputError(f"{self.device}: the video has no decodable frames")
             self.loops += 1
             self._container.seek(0)
+
+    def _decode_pass(self) -> Iterator[av.VideoFrame]:
+        """Frames until end of input; a corrupt packet is skipped (counted), as a decoder would."""
+        for packet in self._container.demux(video=0):
+            try:
+                yield from packet.decode()
+            except av.error.InvalidDataError as error:
+                self.corrupt_packets += 1
+                logger.debug("capture %s: skipping a corrupt packet: %s", self.device, error)
 
     def _publish(self, video_frame: av.VideoFrame) -> None:
         with self._condition:
@@ -240,5 +256,5 @@ def _capture_failure(device: str, error: Exception) -> Exception:
     if isinstance(error, LivefuseError):
         return error
     if isinstance(error, av.error.FFmpegError):
-        return CameraBusyError(f"capture from {device} failed: {error}")
+        return CameraDisconnectedError(f"capture from {device} failed: {error}")
     return error

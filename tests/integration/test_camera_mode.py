@@ -23,7 +23,7 @@ from pyvirtualcam.util import encode_fourcc
 
 import run_stream
 from streamer import camera
-from streamer.camera_capture import CapturedFrame
+from streamer.camera_capture import CameraCapture, CameraDisconnectedError, CapturedFrame
 from streamer.face import Frame
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -153,6 +153,26 @@ def test_a_slow_pipeline_drops_frames_instead_of_queueing_them(
     ages = [arrival - pipeline.captured_at[stamp] for arrival, stamp in zip(backend.arrivals, stamps)]
     # queued frames would age by ~0.12 s per frame (6 s by the end); newest-frame reading keeps it flat
     assert max(ages) < 0.6
+
+
+def test_a_camera_that_stops_ends_the_run_with_its_error(
+    recording_backend: type[RecordingBackend], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clip = write_stamped_clip(tmp_path / "camera.mkv")
+    monkeypatch.setattr(camera, "_pipeline_process", lambda _args: StampingPipeline(work_s=0.0))
+    real_read = CameraCapture.read
+
+    def read_then_unplug(self: CameraCapture, timeout: float | None = None) -> CapturedFrame | None:
+        if self.captured >= 10:
+            raise CameraDisconnectedError(f"camera {self.device} stopped delivering frames")
+        return real_read(self, timeout)
+
+    monkeypatch.setattr(CameraCapture, "read", read_then_unplug)
+    args = camera_args(clip, "--width", "160", "--height", "120", "--fps", "30")
+    with pytest.raises(CameraDisconnectedError, match="stopped delivering frames"):
+        camera.run(args)
+    assert len(recording_backend.instances[0].frames) >= 1
+    assert not [thread for thread in threading.enumerate() if thread.name.startswith(("capture", "camera"))]
 
 
 @pytest.mark.skipif(not Path("/dev").is_dir() or any(Path("/dev").glob("video*")), reason="has cameras")
