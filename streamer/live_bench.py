@@ -1,0 +1,165 @@
+"""`run_stream.py bench --live`: glass-to-glass latency through the real daemon over loopback WebRTC.
+
+The daemon runs as a child process (DaemonProcess); web/peer_client.py sends a moving face at the
+requested size and 30 fps with a millisecond clock stamped into every frame and reads the stamp back
+from what returns, so latency = receive time - send time on one clock: encode, network, daemon
+(decode, newest-frame mailbox, swap, encode), network, decode. Two phases on one call: passthrough
+(no source) and swapping (source set, mesh engine unless --engine names another).
+"""
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import platform
+import sys
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from models.model_files import resolve_models_dir
+from streamer.bench import SOURCE_PHOTO, TARGET_PHOTO, media_dir_from_args, moving_face_frames
+from streamer.daemon_process import DaemonProcess
+from streamer.face import Frame
+from streamer.image_input import read_image_file
+from web.peer_client import LiveResult, PeerClient
+
+logger = logging.getLogger(__name__)
+
+FPS = 30.0
+DEFAULT_SECONDS = 10.0
+WARMUP_SECONDS = 2.0  # encoder ramp-up, source preparation and tracker lock-on are not steady state
+MOTION_FRAMES = 90  # one panning cycle of bench.moving_face_frames, looped
+
+
+@dataclass(frozen=True)
+class PhaseResult:
+    """One measured phase; latencies in ms over frames whose stamp came back readable."""
+
+    name: str
+    seconds: float
+    sent: int
+    received: int
+    unreadable: int
+    duplicates: int
+    out_of_order: int
+    server_dropped: int
+    fps_received: float
+    p50_ms: float | None
+    p95_ms: float | None
+    max_ms: float | None
+
+
+def summarise_phase(
+    name: str, result: LiveResult, sent_before: int, seconds: float, server_dropped: int
+) -> PhaseResult:
+    """A PhaseResult from the client's record of the phase (`sent_before`: frames sent before it began)."""
+    latencies = result.latencies_ms
+    return PhaseResult(
+        name=name,
+        seconds=seconds,
+        sent=result.sent - sent_before,
+        received=result.received,
+        unreadable=result.unreadable,
+        duplicates=result.duplicates,
+        out_of_order=result.out_of_order,
+        server_dropped=server_dropped,
+        fps_received=result.received / seconds if seconds > 0 else 0.0,
+        p50_ms=result.p50_ms,
+        p95_ms=result.p95_ms,
+        max_ms=float(max(latencies)) if latencies else None,
+    )
+
+
+def format_table(phases: list[PhaseResult], header: str) -> str:
+    def ms(value: float | None) -> str:
+        return f"{value:>8.1f}" if value is not None else f"{'-':>8}"
+
+    lines = [
+        header,
+        (
+            f"{'phase':<13}{'sent':>6}{'recv':>6}{'unread':>8}{'dropped':>9}{'fps':>7}"
+            f"{'p50 ms':>8}{'p95 ms':>8}{'max ms':>8}"
+        ),
+    ]
+    for phase in phases:
+        lines.append(
+            f"{phase.name:<13}{phase.sent:>6}{phase.received:>6}{phase.unreadable:>8}{phase.server_dropped:>9}"
+            f"{phase.fps_received:>7.1f}{ms(phase.p50_ms)}{ms(phase.p95_ms)}{ms(phase.max_ms)}"
+        )
+    return "\n".join(lines)
+
+
+async def _measure_phase(client: PeerClient, name: str, seconds: float) -> PhaseResult:
+    await asyncio.sleep(WARMUP_SECONDS)
+    since, sent_before = len(client.received), client.track.sent
+    dropped_before = int((await client.session_stats()).get("frames_dropped", 0))
+    await asyncio.sleep(seconds)
+    dropped_after = int((await client.session_stats()).get("frames_dropped", 0))
+    phase = summarise_phase(name, client.result(since), sent_before, seconds, dropped_after - dropped_before)
+    logger.info("phase %s: p50 %s ms, p95 %s ms, %d frames", name, phase.p50_ms, phase.p95_ms, phase.received)
+    return phase
+
+
+async def measure_live(
+    base_url: str, frames: list[Frame], source_image: bytes, source_type: str, engine: str, seconds: float
+) -> list[PhaseResult]:
+    """Passthrough then swapping, on one call to the daemon at `base_url`."""
+    async with PeerClient(
+        base_url, lambda index: frames[index % len(frames)], fps=FPS, stamp_mode="clock"
+    ) as client:
+        await client.wait_for_frames(1, timeout=20.0)
+        passthrough = await _measure_phase(client, "passthrough", seconds)
+        await client.patch_settings({"engine": engine})
+        await client.upload_source(source_image, source_type)
+        swapping = await _measure_phase(client, engine, seconds)
+    return [passthrough, swapping]
+
+
+def _serve_args(args: argparse.Namespace) -> tuple[str, ...]:
+    """The bench's model flags, passed on to the daemon."""
+    return (
+        "--execution-provider", args.execution_provider, "--device-id", str(args.device_id),
+        "--detector", args.detector,
+    )  # fmt: skip
+
+
+def run_live(args: argparse.Namespace) -> int:
+    media = media_dir_from_args(args)
+    models_dir = resolve_models_dir(args.models_dir)
+    seconds = args.seconds if args.seconds is not None else DEFAULT_SECONDS
+    engine = args.engine if args.engine != "auto" else "mesh"
+    frames = moving_face_frames(read_image_file(media / TARGET_PHOTO), args.width, args.height, MOTION_FRAMES)
+    source_path = media / SOURCE_PHOTO
+    source_type = "image/png" if source_path.suffix.lower() == ".png" else "image/jpeg"
+
+    with (
+        tempfile.TemporaryDirectory(prefix="livefuse-live-bench-") as scratch,
+        DaemonProcess(models_dir, Path(scratch) / "daemon.log", extra_args=_serve_args(args)) as daemon,
+    ):
+        phases = asyncio.run(
+            measure_live(daemon.url, frames, source_path.read_bytes(), source_type, engine, seconds)
+        )
+
+    size = f"{args.width}x{args.height}"
+    machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
+    header = (
+        f"live: {size} @ {FPS:.0f} fps, {seconds:.0f} s per phase after {WARMUP_SECONDS:.0f} s warm-up, "
+        f"loopback WebRTC, provider {args.execution_provider}, {machine}"
+    )
+    sys.stdout.write(format_table(phases, header) + "\n")
+    if getattr(args, "output", None):
+        report: dict[str, Any] = {
+            "kind": "live",
+            "size": size,
+            "fps": FPS,
+            "seconds": seconds,
+            "warmup_seconds": WARMUP_SECONDS,
+            "execution_provider": args.execution_provider,
+            "machine": machine,
+            "phases": [asdict(phase) for phase in phases],
+        }
+        Path(args.output).write_text(json.dumps(report, indent=2))
+    return 0
