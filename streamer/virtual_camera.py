@@ -138,7 +138,9 @@ class PreviewServer:
     def start(self) -> None:
         if self._thread is not None or self._closed:
             return
-        self._thread = threading.Thread(target=self._server.serve_forever, name="preview", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.1}, name="preview", daemon=True
+        )
         self._thread.start()
         logger.info("preview at %s", self.url)
 

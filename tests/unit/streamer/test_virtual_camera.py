@@ -177,6 +177,21 @@ def test_preview_serves_a_page_and_an_mjpeg_stream() -> None:
     assert abs(int(image[40, 40, 2]) - 0) < 10 and abs(int(image[4, 4, 0]) - 77) < 20  # BGR on disk
 
 
+def test_preview_close_works_before_start_and_unknown_paths_are_404() -> None:
+    never_started = PreviewServer(port=0)
+    never_started.close()
+    never_started.close()
+    preview = PreviewServer(port=0)
+    preview.start()
+    try:
+        connection = http.client.HTTPConnection("127.0.0.1", preview.port, timeout=5)
+        connection.request("GET", "/etc/passwd")
+        assert connection.getresponse().status == 404
+        connection.close()
+    finally:
+        preview.close()
+
+
 def _read_one_part(response: http.client.HTTPResponse) -> bytes:
     boundary = response.readline()
     assert boundary.strip() == b"--livefuseframe"
