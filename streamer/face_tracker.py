@@ -9,7 +9,7 @@ frames so the swap does not flicker; then it is dropped. Box, 5 points and mesh 
 """
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 import numpy as np
@@ -36,6 +36,7 @@ _MESH_BOX_WIDTH_RATIO = 1.03
 _MESH_BOX_HEIGHT_RATIO = 0.92
 _MESH_BOX_CENTRE_SHIFT = 0.06
 DEFAULT_SMOOTHING = OneEuroConfig()
+DUPLICATE_IOU = 0.5
 
 
 class FaceDetector(Protocol):
@@ -183,6 +184,7 @@ class FaceTracker:
             track.missed = 0
             track.output = self._smoothed(track, now)
         self._tracks = [t for t in self._tracks if t.missed <= self.hold_frames and t.output is not None]
+        self._drop_duplicates()
         return [track.output for track in sorted(self._tracks, key=lambda t: t.track_id) if track.output]
 
     def _detect(self, frame: Frame, detections: Detections | None) -> list[_Track]:
@@ -219,6 +221,29 @@ class FaceTracker:
                 observed.append(track)
                 logger.debug("new face track %d", track.track_id)
         return observed
+
+    def _drop_duplicates(self) -> None:
+        """Two tracks on one face (a mesh that slid onto a neighbour, or a detection that did not match
+        a drifted track) would be swapped twice: of a pair overlapping > DUPLICATE_IOU the older id
+        stays, taking over the newer track's observation when its own is only held."""
+        if len(self._tracks) < 2:
+            return
+        self._tracks.sort(key=lambda t: t.track_id)
+        boxes = np.stack([t.box for t in self._tracks])
+        iou = np.triu(box_iou(boxes, boxes) > DUPLICATE_IOU, k=1)
+        dropped: set[int] = set()
+        for older_index, newer_index in zip(*np.nonzero(iou)):
+            older, newer = self._tracks[int(older_index)], self._tracks[int(newer_index)]
+            if int(older_index) in dropped or int(newer_index) in dropped:
+                continue
+            if older.missed > newer.missed:
+                older.box, older.score, older.landmarks_5 = newer.box, newer.score, newer.landmarks_5
+                older.mesh, older.output, older.missed = newer.mesh, newer.output, newer.missed
+                if older.output is not None:
+                    older.output = replace(older.output, track_id=older.track_id)
+            dropped.add(int(newer_index))
+            logger.debug("face track %d duplicates track %d; merged", newer.track_id, older.track_id)
+        self._tracks = [track for index, track in enumerate(self._tracks) if index not in dropped]
 
     def _refine_with_mesh(self, frame: Frame, observed: list[_Track]) -> list[_Track]:
         """Mesh every observed face. On a detection frame the crop comes from the detection, between

@@ -237,6 +237,19 @@ def test_smoothing_reduces_jitter_of_a_still_face() -> None:
     assert np.abs(boxes[10:].mean(axis=0) - STILL_FACE).max() < 1.5
 
 
+def test_a_second_track_on_the_same_face_is_dropped() -> None:
+    # frame 0: one face; frame 1 (no detection): the mesh of the face slides half onto the place where
+    # frame 2's detector sees it, which is too far to match (IoU < 0.3) but the next mesh lands on it.
+    far = [150.0, 60.0, 230.0, 160.0]
+    scene: Scene = {0: [STILL_FACE], 1: [[125.0, 60.0, 205.0, 160.0]], 2: [far], 3: [far]}
+    tracker = FaceTracker(
+        ScriptedDetector(scene), ScriptedLandmarker(scene), detect_every=2, iou_threshold=0.9, smoothing=None
+    )
+    faces = [tracker.track(frame_number(n)) for n in range(4)]
+    assert [[face.track_id for face in frame_faces] for frame_faces in faces] == [[0], [0], [0], [0]]
+    np.testing.assert_allclose(faces[2][0].box, far)  # the fresh detection, not the held box
+
+
 def test_reset_forgets_tracks_but_not_the_id_counter() -> None:
     scene = {n: [STILL_FACE] for n in range(3)}
     tracker = FaceTracker(ScriptedDetector(scene), None, detect_every=2, smoothing=None)
