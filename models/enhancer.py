@@ -8,16 +8,18 @@ back through a soft mask built once in crop space, scaled by `blend` (1 = restor
 
 import logging
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import onnxruntime as ort
 from numpy.typing import NDArray
 
+from gpu_ops.backend import get_array_module, is_device_array
 from gpu_ops.paste_back import paste_back
 from models.errors import ModelContractError
 from models.inference import check_contract
 from models.registry import ModelSpec
-from models.swapper import face_alignments, feathered_box_mask, prepare_crops
+from models.swapper import face_alignments, feathered_box_mask, prepare_crops, run_session
 from streamer.face import Frame
 
 logger = logging.getLogger(__name__)
@@ -26,9 +28,10 @@ Box = tuple[int, int, int, int]
 
 
 def postprocess_enhanced(output: NDArray[np.floating]) -> NDArray[np.uint8]:
-    """Enhancer output [N,3,h,w] RGB in [-1,1] -> uint8 RGB crops [N,h,w,3]."""
-    pixels = (np.clip(np.asarray(output, dtype=np.float32), -1.0, 1.0) + 1.0) * 127.5
-    return np.ascontiguousarray(np.rint(pixels).astype(np.uint8).transpose(0, 2, 3, 1))
+    """Enhancer output [N,3,h,w] RGB in [-1,1] -> uint8 RGB crops [N,h,w,3] (NumPy or CuPy, as given)."""
+    xp = get_array_module(output)
+    pixels = (xp.clip(xp.asarray(output, dtype=xp.float32), -1.0, 1.0) + 1.0) * 127.5
+    return xp.ascontiguousarray(xp.rint(pixels).astype(xp.uint8).transpose(0, 2, 3, 1))  # type: ignore[no-any-return]
 
 
 class Enhancer:
@@ -45,24 +48,25 @@ class Enhancer:
         self._input_name = spec.inputs[0].name
         self._output_name = spec.outputs[0].name
         self.crop_mask = feathered_box_mask(spec.input_size, margin_fraction=0.08, feather_fraction=0.12)
+        self._device_mask: Any = None
 
     @property
     def supports_batch(self) -> bool:
         return self.fixed_batch is None
 
     def forward(self, batch: NDArray[np.float32]) -> NDArray[np.float32]:
-        """One session run; the batch must fit the session."""
-        (output,) = self.session.run([self._output_name], {self._input_name: batch})
-        return np.asarray(output, dtype=np.float32)
+        """One session run; the batch must fit the session. CuPy batches stay on the device."""
+        return run_session(self.session, {self._input_name: batch}, self._output_name, tuple(batch.shape))  # type: ignore[no-any-return]
 
     def enhance_crops(self, batch: NDArray[np.float32]) -> NDArray[np.uint8]:
         """Restored uint8 crops [N,h,w,3] for a prepared batch [N,3,h,w] (fixed-batch sessions: per face)."""
+        xp = get_array_module(batch)
         if len(batch) == 0:
             height, width = batch.shape[2:]
-            return np.zeros((0, height, width, 3), dtype=np.uint8)
+            return xp.zeros((0, height, width, 3), dtype=xp.uint8)  # type: ignore[no-any-return]
         step = self.fixed_batch or len(batch)
         outputs = [self.forward(batch[start : start + step]) for start in range(0, len(batch), step)]
-        return postprocess_enhanced(np.concatenate(outputs))
+        return postprocess_enhanced(xp.concatenate(outputs))
 
     def enhance_faces(
         self,
@@ -83,7 +87,13 @@ class Enhancer:
         affine_matrices = face_alignments(landmarks_5, self.spec)
         batch = prepare_crops(frames, frame_index, affine_matrices, self.spec)
         restored = self.enhance_crops(batch)
-        mask = self.crop_mask if blend == 1.0 else (self.crop_mask * np.float32(blend))
+        mask: Any = self.crop_mask
+        if is_device_array(frames[0]):
+            if self._device_mask is None:  # uploaded once, like the model weights
+                self._device_mask = get_array_module(frames[0]).asarray(self.crop_mask)
+            mask = self._device_mask
+        if blend != 1.0:
+            mask = mask * np.float32(blend)
         return [
             paste_back(frames[int(index)], crop, matrix, mask)
             for index, crop, matrix in zip(frame_index, restored, affine_matrices)

@@ -7,8 +7,9 @@ The file fixes N=1; a copy from `models.batch_conversion` takes any N, and `Swap
 """
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import cv2
 import numpy as np
@@ -19,6 +20,7 @@ from onnx import numpy_helper
 
 from gpu_ops.affine import estimate_similarity
 from gpu_ops.affine_crop import crop_faces
+from gpu_ops.backend import get_array_module, is_device_array, require_cupy, to_host
 from models.errors import ModelContractError
 from models.inference import check_contract
 from models.registry import ModelSpec
@@ -97,9 +99,50 @@ def prepare_crops(
 
 
 def postprocess_swapped(output: NDArray[np.floating]) -> NDArray[np.uint8]:
-    """Swapper output [N,3,h,w] RGB [0,1] -> uint8 RGB crops [N,h,w,3]."""
-    pixels = np.clip(np.asarray(output, dtype=np.float32) * 255.0, 0.0, 255.0)
-    return np.ascontiguousarray(np.rint(pixels).astype(np.uint8).transpose(0, 2, 3, 1))
+    """Swapper output [N,3,h,w] RGB [0,1] -> uint8 RGB crops [N,h,w,3] (NumPy or CuPy, as given)."""
+    xp = get_array_module(output)
+    pixels = xp.clip(xp.asarray(output, dtype=xp.float32) * 255.0, 0.0, 255.0)
+    return xp.ascontiguousarray(xp.rint(pixels).astype(xp.uint8).transpose(0, 2, 3, 1))  # type: ignore[no-any-return]
+
+
+def run_session(
+    session: ort.InferenceSession,
+    inputs: Mapping[str, Any],
+    output_name: str,
+    output_shape: tuple[int, ...],
+) -> Any:
+    """`forward` for host or device arrays: NumPy in, NumPy out; CuPy in, CuPy out.
+
+    Device arrays are bound in place (IOBinding, output preallocated by CuPy) when the session runs on
+    CUDA; a CPU session gets a host round trip instead. Inputs are cast to the session's input dtypes.
+    """
+    declared = {arg.name: _numpy_dtype(arg.type) for arg in session.get_inputs()}
+    if not any(is_device_array(array) for array in inputs.values()):
+        feeds = {name: np.asarray(array).astype(declared[name], copy=False) for name, array in inputs.items()}
+        (output,) = session.run([output_name], feeds)
+        return np.asarray(output, dtype=np.float32)
+    cupy = require_cupy()
+    if session.get_providers()[0] not in ("CUDAExecutionProvider", "TensorrtExecutionProvider"):
+        host = {name: to_host(array) for name, array in inputs.items()}
+        return cupy.asarray(run_session(session, host, output_name, output_shape))
+    output_type = next(arg.type for arg in session.get_outputs() if arg.name == output_name)
+    output = cupy.empty(output_shape, dtype=_numpy_dtype(output_type))
+    device_id = output.device.id
+    binding = session.io_binding()
+    kept_alive = []  # the bound buffers must outlive the run
+    for name, array in inputs.items():
+        if is_device_array(array):
+            bound = cupy.ascontiguousarray(array, dtype=declared[name])
+            kept_alive.append(bound)
+            binding.bind_input(name, "cuda", device_id, bound.dtype.type, list(bound.shape), bound.data.ptr)
+        else:
+            binding.bind_cpu_input(name, np.ascontiguousarray(array, dtype=declared[name]))
+    binding.bind_output(
+        output_name, "cuda", device_id, output.dtype.type, list(output.shape), output.data.ptr
+    )
+    cupy.cuda.get_current_stream().synchronize()  # ORT runs on its own stream unless configured to share
+    session.run_with_iobinding(binding)
+    return output.astype(cupy.float32, copy=False)
 
 
 def feathered_box_mask(
@@ -149,10 +192,7 @@ class Swapper:
         self.emap = np.ascontiguousarray(emap, dtype=np.float32)
         self.fixed_batch = _batch_dim(session)
         self.batch_buckets = tuple(sorted(batch_buckets))
-        inputs = {arg.name: arg for arg in session.get_inputs()}
         self._target_name, self._source_name = spec.inputs[0].name, spec.inputs[1].name
-        self._target_dtype = _numpy_dtype(inputs[self._target_name].type)
-        self._source_dtype = _numpy_dtype(inputs[self._source_name].type)
         self._output_name = spec.outputs[0].name
 
     @property
@@ -165,13 +205,9 @@ class Swapper:
         return source_latent(embedding, self.emap)
 
     def forward(self, target: NDArray[np.float32], source: NDArray[np.float32]) -> NDArray[np.float32]:
-        """One session run; shapes must already fit the session."""
-        feeds = {
-            self._target_name: target.astype(self._target_dtype, copy=False),
-            self._source_name: source.astype(self._source_dtype, copy=False),
-        }
-        (output,) = self.session.run([self._output_name], feeds)
-        return np.asarray(output, dtype=np.float32)
+        """One session run; shapes must already fit the session. CuPy targets stay on the device."""
+        inputs = {self._target_name: target, self._source_name: source}
+        return run_session(self.session, inputs, self._output_name, tuple(target.shape))  # type: ignore[no-any-return]
 
     def _chunk_size(self, remaining: int) -> int:
         if self.fixed_batch is not None:
@@ -188,6 +224,7 @@ class Swapper:
         count = len(target)
         if len(latents) != count:
             raise ModelContractError(f"{count} crops but {len(latents)} latents")
+        xp = get_array_module(target)
         results: list[NDArray[np.float32]] = []
         start = 0
         while start < count:
@@ -196,11 +233,11 @@ class Swapper:
             target_chunk, latent_chunk = target[start:stop], latents[start:stop]
             padding = chunk - (stop - start)
             if padding:
-                target_chunk = np.concatenate([target_chunk, np.zeros_like(target[:1]).repeat(padding, 0)])
+                target_chunk = xp.concatenate([target_chunk, xp.zeros_like(target[:1]).repeat(padding, 0)])
                 latent_chunk = np.concatenate([latent_chunk, np.repeat(latents[:1], padding, 0)])
             results.append(self.forward(target_chunk, latent_chunk)[: stop - start])
             start = stop
         if not results:
             height, width = target.shape[2:]
-            return np.zeros((0, 3, height, width), dtype=np.float32)
-        return np.concatenate(results)
+            return xp.zeros((0, 3, height, width), dtype=xp.float32)  # type: ignore[no-any-return]
+        return xp.concatenate(results)  # type: ignore[no-any-return]

@@ -12,13 +12,14 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 import onnxruntime as ort
 from numpy.typing import NDArray
 
 from gpu_ops.affine import transform_points
+from gpu_ops.backend import get_array_module, is_device_array
 from gpu_ops.errors import InvalidInputError
 from gpu_ops.masks import feather_outside_cpu, fill_polygons_cpu
 from gpu_ops.paste_back import paste_back
@@ -156,6 +157,7 @@ class InswapperEngine:
         self.enhance_blend = enhance_blend
         self._crop_size = swapper.spec.input_size
         self.crop_mask = feathered_box_mask(swapper.spec.input_size)
+        self._device_crop_mask: Any = None
         self._batches_seen = 0
         self._warned_no_enhancer = False
 
@@ -218,7 +220,7 @@ class InswapperEngine:
     ) -> list[Frame]:
         """Swap all faces of many frames with one batched crop and as few swapper calls as possible."""
         batch = [SwapItem(*item) for item in items]
-        outputs = [np.array(item.frame, copy=True, order="C") for item in batch]
+        outputs = [get_array_module(item.frame).array(item.frame, copy=True, order="C") for item in batch]
         frame_index: list[int] = []
         landmarks: list[NDArray[np.float32]] = []
         latents: list[NDArray[np.float32]] = []
@@ -241,10 +243,12 @@ class InswapperEngine:
         affine_matrices = face_alignments(landmarks_5, self.swapper.spec)
         crops = prepare_crops([item.frame for item in batch], indices, affine_matrices, self.swapper.spec)
         swapped = postprocess_swapped(self.swapper.swap_crops(crops, np.stack(latents)))
+        box_mask = self._crop_mask_like(outputs[0])
+        xp = get_array_module(outputs[0])
         for index, crop, matrix, mesh in zip(indices, swapped, affine_matrices, kept_mouths):
-            mask = self.crop_mask
+            mask = box_mask
             if mesh is not None:
-                mask = mask * (1.0 - inner_mouth_mask(mesh, matrix, self._crop_size))
+                mask = box_mask * xp.asarray(1.0 - inner_mouth_mask(mesh, matrix, self._crop_size))
             paste_back(outputs[int(index)], crop, matrix, mask)
         if any(enhance_flags) and self.enhancer is None and not self._warned_no_enhancer:
             logger.warning("enhancement asked for but no enhancer is loaded: faces are swapped only")
@@ -255,6 +259,14 @@ class InswapperEngine:
                 outputs, indices[selected], landmarks_5[selected], blend=self.enhance_blend
             )
         return outputs
+
+    def _crop_mask_like(self, frame: Any) -> Any:
+        """The paste mask on the frame's device (uploaded once for CuPy frames)."""
+        if not is_device_array(frame):
+            return self.crop_mask
+        if self._device_crop_mask is None:
+            self._device_crop_mask = get_array_module(frame).asarray(self.crop_mask)
+        return self._device_crop_mask
 
     def _latent_of(self, source: SourceFace) -> NDArray[np.float32]:
         if not isinstance(source, InswapperSource):
