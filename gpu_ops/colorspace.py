@@ -148,20 +148,26 @@ def pad_to_even(frame: RgbFrame) -> RgbFrame:
 
 
 def yuv420_to_rgb_fixed_point(y: Plane, u: Plane, v: Plane, coefficients: YuvToRgbCoefficients) -> RgbFrame:
-    """The integer maths of every YUV -> RGB path, in NumPy (the oracle the CUDA kernel mirrors)."""
+    """The integer maths of every YUV -> RGB path, in NumPy (the oracle the CUDA kernel mirrors).
+
+    The chroma terms (R, G, B offsets, rounding included) are computed once per 2x2 block and
+    upsampled by repetition (cv2 nearest, exact at 2x), then added to the luma term, shifted, saturated.
+    """
     half = 1 << (FIXED_POINT_SHIFT - 1)
-    luma = np.maximum(y.astype(np.int32) - coefficients.luma_offset, 0) * coefficients.luma
-    u_centred = u.astype(np.int32) - 128
-    v_centred = v.astype(np.int32) - 128
-    red_chroma = half + coefficients.v_to_red * v_centred
-    green_chroma = half + coefficients.v_to_green * v_centred + coefficients.u_to_green * u_centred
-    blue_chroma = half + coefficients.u_to_blue * u_centred
+    levels = np.arange(256, dtype=np.int32)
+    luma_table = np.maximum(levels - coefficients.luma_offset, 0) * coefficients.luma
+    centred = levels - 128
+    u_centred, v_centred = np.take(centred, u), np.take(centred, v)
+    chroma = np.empty((*u.shape, 3), dtype=np.int32)
+    chroma[..., 0] = half + coefficients.v_to_red * v_centred
+    chroma[..., 1] = half + coefficients.v_to_green * v_centred + coefficients.u_to_green * u_centred
+    chroma[..., 2] = half + coefficients.u_to_blue * u_centred
     height, width = y.shape
-    rgb = np.empty((height, width, 3), dtype=np.uint8)
-    for channel, chroma in enumerate((red_chroma, green_chroma, blue_chroma)):
-        upsampled = np.repeat(np.repeat(chroma, 2, axis=0), 2, axis=1)
-        rgb[..., channel] = np.clip((luma + upsampled) >> FIXED_POINT_SHIFT, 0, 255)
-    return rgb
+    total = cv2.resize(chroma, (width, height), interpolation=cv2.INTER_NEAREST)
+    total += np.take(luma_table, y)[..., None]
+    np.right_shift(total, FIXED_POINT_SHIFT, out=total)
+    np.clip(total, 0, 255, out=total)
+    return total.astype(np.uint8)
 
 
 def _packed_420(y: Plane, chroma_planes: tuple[Plane, ...]) -> Plane:
