@@ -12,7 +12,6 @@ import logging
 import platform
 import threading
 import time
-from typing import Protocol
 
 import cv2
 import numpy as np
@@ -34,14 +33,6 @@ BOUNDARY = "livefuseframe"
 
 class VirtualCameraError(LivefuseError):
     """The virtual camera device is missing, busy or refuses the size/format."""
-
-
-class FrameSink(Protocol):
-    """What camera mode writes to: a virtual camera, or the preview alone."""
-
-    def send(self, frame: Frame) -> None: ...
-
-    def close(self) -> None: ...
 
 
 class VirtualCameraSink:
