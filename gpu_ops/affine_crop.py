@@ -165,6 +165,10 @@ def crop_faces_gpu(
         frame if frame.strides[1] == 3 and frame.strides[2] == 1 else cupy.ascontiguousarray(frame)
         for frame in frames
     ]
+    if not is_device_array(frame_index):  # host indices are checked here; device ones by the kernel (zeros)
+        host_indices = np.asarray(frame_index)
+        if host_indices.size and (host_indices.min() < 0 or host_indices.max() >= len(frames)):
+            raise InvalidFrameError(f"frame_index refers outside the {len(frames)} frames")
     indices = cupy.asarray(frame_index, dtype=cupy.int32)
     matrices = cupy.asarray(affine_matrices, dtype=cupy.float32)
     face_count = _check_batch(packed_frames, indices, matrices)
@@ -172,22 +176,19 @@ def crop_faces_gpu(
     result = _output_buffer(cupy, out, face_count, width, height, layout)
     if face_count == 0:
         return result
-    if int(indices.min()) < 0 or int(indices.max()) >= len(frames):
-        raise InvalidFrameError(f"frame_index refers outside the {len(frames)} frames")
-    frame_table = np.array(
-        [[frame.data.ptr, frame.strides[0], frame.shape[1], frame.shape[0]] for frame in packed_frames],
-        dtype=np.int64,
+    frame_table = cupy.asarray(
+        np.array(
+            [[frame.data.ptr, frame.strides[0], frame.shape[1], frame.shape[0]] for frame in packed_frames],
+            dtype=np.int64,
+        )
     )
-    pointers = cupy.asarray(frame_table[:, 0].astype(np.uint64))
-    pitches = cupy.asarray(frame_table[:, 1].astype(np.int32))
-    sizes = cupy.asarray(np.ascontiguousarray(frame_table[:, 2:4].astype(np.int32)))
     inverse = opencv_inverse_matrices(matrices)
     grid = ((width + 31) // 32, (height + 7) // 8, face_count)
     get_kernel("affine_crop", "crop_faces")(
         grid,
         _BLOCK_2D,
         (
-            pointers, pitches, sizes, indices, inverse, result,
+            frame_table, np.int32(len(packed_frames)), indices, inverse, result,
             np.int32(width), np.int32(height), np.int32(face_count), np.float32(scale),
             *(np.float32(value) for value in mean), *(np.float32(value) for value in std),
             np.int32(bool(swap_rb)), np.int32(layout == "nchw"),

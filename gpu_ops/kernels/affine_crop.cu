@@ -67,9 +67,11 @@ extern "C" __global__ void warp_crop(
 }
 
 // All faces of all frames of a batch in one launch: warp + (v * scale - mean[c]) / std[c] + channel
-// order + layout, straight into the model input buffer. blockIdx.z is the face.
+// order + layout, straight into the model input buffer. blockIdx.z is the face. `frame_table` holds
+// 4 int64 per frame: device pointer, row pitch in bytes, width, height (one small upload per batch).
+// A face whose frame_index is out of range gets zeros (indices may come from the device unchecked).
 extern "C" __global__ void crop_faces(
-    const unsigned long long* frame_pointers, const int* frame_pitches, const int* frame_sizes,
+    const long long* frame_table, int frame_count,
     const int* frame_index, const double* inverse_matrices,
     float* out, int out_width, int out_height, int face_count,
     float scale, float mean0, float mean1, float mean2, float std0, float std1, float std2,
@@ -80,15 +82,18 @@ extern "C" __global__ void crop_faces(
     const int face = blockIdx.z;
     if (x >= out_width || y >= out_height || face >= face_count) return;
     const int source = frame_index[face];
-    const uchar* frame = (const uchar*)frame_pointers[source];
-    int rgb[3];
-    sample_replicate(frame, frame_pitches[source], frame_sizes[2 * source], frame_sizes[2 * source + 1],
-                     locate_source(inverse_matrices + 6 * face, x, y), rgb);
+    const bool valid = source >= 0 && source < frame_count;
+    int rgb[3] = {0, 0, 0};
+    if (valid) {
+        const long long* entry = frame_table + 4 * source;
+        sample_replicate((const uchar*)entry[0], (int)entry[1], (int)entry[2], (int)entry[3],
+                         locate_source(inverse_matrices + 6 * face, x, y), rgb);
+    }
     const float means[3] = {mean0, mean1, mean2};
     const float stds[3] = {std0, std1, std2};
     const long long plane = (long long)out_width * out_height;
     for (int c = 0; c < 3; ++c) {
-        const float value = ((float)rgb[swap_rb ? 2 - c : c] * scale - means[c]) / stds[c];
+        const float value = valid ? ((float)rgb[swap_rb ? 2 - c : c] * scale - means[c]) / stds[c] : 0.0f;
         if (channels_first) {
             out[(long long)face * 3 * plane + c * plane + (long long)y * out_width + x] = value;
         } else {

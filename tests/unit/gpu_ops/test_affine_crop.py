@@ -170,3 +170,8 @@ def test_affine_crop_parity() -> None:
         )  # fmt: skip
         assert gpu is out
         np.testing.assert_allclose(cupy.asnumpy(gpu), cpu, rtol=1e-6, atol=1e-6)
+    unchecked = cupy.asarray(np.array([0, 5]))  # device indices are not read back: a bad one gives zeros
+    zeros = crop_faces(device_frames, unchecked, cupy.asarray(matrices[:2]), (32, 32))
+    assert float(cupy.abs(zeros[1]).max()) == 0.0 and float(cupy.abs(zeros[0]).max()) > 0.0
+    with pytest.raises(InvalidFrameError, match="outside"):
+        crop_faces(device_frames, np.array([0, 5]), matrices[:2], (32, 32))
