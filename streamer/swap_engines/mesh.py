@@ -1,0 +1,142 @@
+"""The mesh swap engine: the source face's texture warped onto each target face's 468-point mesh.
+
+Per face and frame: one remap field over the face box (gpu_ops.mesh_warp: no cracks, one sample of
+colour + paste mask), the target's eyes and (with `mouth_mask`) inner mouth kept, the target's lips
+kept when its mouth is much more open than the source's (closed lips stretched over a grin look
+wrong), the target's low-frequency shading applied (gpu_ops.color_transfer), then a blend that writes
+only inside the face box. Everything about the source is prepared once (mesh_source.py).
+Works with the permissive models: any detector with 5 points and the facemesh_468 landmarker.
+"""
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal, get_args
+
+import numpy as np
+from numpy.typing import NDArray
+
+from gpu_ops.color_transfer import match_shading, transfer_lab_statistics
+from gpu_ops.errors import InvalidInputError
+from gpu_ops.masks import blend
+from gpu_ops.mesh_warp import apply_remap, build_remap
+from models import face_mesh_topology as topology
+from models.detector import Detector
+from models.landmarks import Landmarker
+from streamer.face import Frame, TrackedFace
+from streamer.swap_engines.base import EngineName, NoFaceError, SourceFace, SwapOptions
+from streamer.swap_engines.mesh_source import MeshSource, MeshSourceConfig, build_mesh_source, mouth_openness
+
+logger = logging.getLogger(__name__)
+
+ShadingMethod = Literal["low_frequency", "lab", "none"]
+SHADING_METHODS: tuple[ShadingMethod, ...] = get_args(ShadingMethod)
+PasteBox = tuple[int, int, int, int]  # x1, y1, x2, y2 (exclusive), frame px
+
+MIN_FACE_PRESENCE = 0.5
+
+
+@dataclass(frozen=True)
+class MeshConfig:
+    """Engine switches. Every quality fix can be turned off, which is how docs/images shows 'before'."""
+
+    source: MeshSourceConfig = field(default_factory=MeshSourceConfig)
+    shading: ShadingMethod = "low_frequency"
+    shading_cells_across: float = 4.0  # coarse grid cells across the face box (finer: beards fade)
+    keep_target_lips: bool = True
+    lips_open_difference: tuple[float, float] = (0.2, 0.35)  # target - source openness: start, full
+
+
+class MeshEngine:
+    """SwapEngine for the mesh method; stateless per frame, so one instance serves many streams."""
+
+    name: EngineName = "mesh"
+
+    def __init__(self, detector: Detector, landmarker: Landmarker, config: MeshConfig | None = None) -> None:
+        self._detector = detector
+        self._landmarker = landmarker
+        self.config = config or MeshConfig()
+        if self.config.shading not in SHADING_METHODS:
+            raise InvalidInputError(f"unknown shading {self.config.shading!r}; choose from {SHADING_METHODS}")
+
+    def source_mesh(self, image: Frame) -> NDArray[np.float32]:
+        """The 468-point mesh of the largest face in a photo; NoFaceError when there is none."""
+        detections = self._detector.detect(image)
+        if len(detections) == 0:
+            raise NoFaceError("no face found in the source image")
+        boxes = detections.boxes
+        largest = int(np.argmax((boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])))
+        landmarks = self._landmarker.detect(
+            image, detections.landmarks_5[largest : largest + 1], boxes[largest : largest + 1]
+        )
+        if len(landmarks) == 0 or float(landmarks.presence[0]) < MIN_FACE_PRESENCE:
+            raise NoFaceError("the source face could not be meshed (face landmarks not found)")
+        return np.asarray(landmarks.points[0], np.float32)
+
+    def prepare_source(self, image: Frame) -> MeshSource:
+        """Texture, mesh and masks of the source photo's largest face, computed once."""
+        return build_mesh_source(image, self.source_mesh(image), self.config.source)
+
+    def swap(
+        self, frame: Frame, faces: Sequence[TrackedFace], source: SourceFace, options: SwapOptions
+    ) -> Frame:
+        """A copy of `frame` with every meshed face swapped; faces without a mesh are left alone."""
+        if not isinstance(source, MeshSource):
+            raise InvalidInputError(f"the mesh engine needs a MeshSource, got {type(source).__name__}")
+        output = frame.copy()
+        for face in faces:
+            if face.mesh is not None:
+                self.swap_face(output, face.mesh, source, options)
+        return output
+
+    def swap_face(
+        self, frame: Frame, mesh: NDArray[np.float32], source: MeshSource, options: SwapOptions
+    ) -> PasteBox:
+        """Swap one face in place; only pixels inside the returned box may change."""
+        box = paste_box(mesh, frame.shape[1], frame.shape[0])
+        x1, y1, x2, y2 = box
+        if x2 - x1 < 2 or y2 - y1 < 2:
+            return box
+        dst_triangles = mesh[topology.ALL_TRIANGLES, :2] - np.array([x1, y1], np.float32)
+        field_ = build_remap(dst_triangles, source.src_triangles, (x2 - x1, y2 - y1))
+        texture = source.texture_without_mouth if options.mouth_mask else source.texture_with_mouth
+        warped = apply_remap(texture, field_)
+        patch = np.ascontiguousarray(warped[..., :3])
+        alpha = warped[..., 3].astype(np.float32) * np.float32(1.0 / 255.0)
+        lips_weight = self.lips_weight(mesh, source)
+        if lips_weight > 0.0:
+            lips = apply_remap(source.lips_mask, field_).astype(np.float32) * np.float32(1.0 / 255.0)
+            alpha *= 1.0 - lips_weight * lips
+        region = frame[y1:y2, x1:x2]
+        patch = self.relight(patch, region, alpha)
+        blend(region, patch, alpha)
+        return box
+
+    def lips_weight(self, mesh: NDArray[np.float32], source: MeshSource) -> float:
+        """How much of the target's own lips to keep (0..1), from how much wider its mouth is open."""
+        if not self.config.keep_target_lips:
+            return 0.0
+        start, full = self.config.lips_open_difference
+        difference = mouth_openness(mesh) - source.mouth_openness
+        return float(np.clip((difference - start) / max(full - start, 1e-3), 0.0, 1.0))
+
+    def relight(self, patch: Frame, region: Frame, alpha: NDArray[np.float32]) -> Frame:
+        """The warped source patch with the target's light and tone (the configured method)."""
+        if self.config.shading == "none":
+            return patch
+        if self.config.shading == "lab":
+            return transfer_lab_statistics(patch, region, alpha)  # type: ignore[no-any-return]
+        cell_px = max(4.0, patch.shape[1] / self.config.shading_cells_across)
+        return match_shading(patch, region, alpha, cell_px=cell_px)  # type: ignore[no-any-return]
+
+
+def paste_box(mesh: NDArray[np.float32], frame_width: int, frame_height: int) -> PasteBox:
+    """The integer box (x2, y2 exclusive) holding every mesh point plus a 1-px rim, inside the frame."""
+    low = np.floor(mesh[:, :2].min(axis=0)) - 1
+    high = np.ceil(mesh[:, :2].max(axis=0)) + 2
+    x1, y1 = int(max(0, low[0])), int(max(0, low[1]))
+    x2, y2 = int(min(frame_width, high[0])), int(min(frame_height, high[1]))
+    return x1, y1, max(x1, x2), max(y1, y2)
+
+
+__all__ = ["MeshConfig", "MeshEngine", "MeshSource", "NoFaceError", "paste_box"]
