@@ -26,14 +26,15 @@ _SUBPIXEL_BITS = 4
 
 
 def fill_polygons_cpu(size: tuple[int, int], polygons: Sequence[NDArray[np.floating]]) -> BinaryMask:
-    """A (w, h) mask with every polygon filled (255), vertices at 1/16 px."""
+    """A (w, h) mask with every polygon filled (255; the union where they overlap), vertices at 1/16 px."""
     width, height = size
     mask = np.zeros((height, width), np.uint8)
     scaled = [
         np.round(np.asarray(polygon, np.float64) * (1 << _SUBPIXEL_BITS)).astype(np.int32)
         for polygon in polygons
     ]
-    cv2.fillPoly(mask, scaled, 255, cv2.LINE_8, shift=_SUBPIXEL_BITS)
+    for polygon in scaled:  # one call per polygon: a single fillPoly call would XOR the overlaps
+        cv2.fillPoly(mask, [polygon], 255, cv2.LINE_8, shift=_SUBPIXEL_BITS)
     return mask
 
 

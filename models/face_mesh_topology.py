@@ -158,6 +158,7 @@ TRIANGLES: NDArray[np.int32] = _parse(_TRIANGLES_TEXT, 3)  # [852,3]
 HOLE_TRIANGLES: NDArray[np.int32] = _parse(_HOLE_TRIANGLES_TEXT, 3)  # [46,3]: right eye, left eye, mouth
 ALL_TRIANGLES: NDArray[np.int32] = np.concatenate([TRIANGLES, HOLE_TRIANGLES])
 MIRROR: NDArray[np.int32] = _parse(_MIRROR_TEXT, 1)  # [468]
+RIGHT_EYE_HOLE, LEFT_EYE_HOLE, INNER_MOUTH_HOLE = np.split(HOLE_TRIANGLES, [14, 28])
 
 # Ordered loops; "right" is the subject's right (image-left in a frontal, unmirrored photo).
 FACE_OVAL = (

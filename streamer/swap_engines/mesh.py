@@ -1,7 +1,7 @@
 """The mesh swap engine: the source face's texture warped onto each target face's 468-point mesh.
 
 Per face and frame: one remap field over the face box (gpu_ops.mesh_warp: no cracks, one sample of
-colour + paste mask), the target's eyes and (with `mouth_mask`) inner mouth kept, the target's lips
+colour + paste mask), with `mouth_mask` the target's eyes and inner mouth kept, the target's lips
 kept when its mouth is much more open than the source's (closed lips stretched over a grin look
 wrong), the target's low-frequency shading applied (gpu_ops.color_transfer), then a blend that writes
 only inside the face box. Everything about the source is prepared once (mesh_source.py).
@@ -99,7 +99,7 @@ class MeshEngine:
             return box
         dst_triangles = mesh[topology.ALL_TRIANGLES, :2] - np.array([x1, y1], np.float32)
         field_ = build_remap(dst_triangles, source.src_triangles, (x2 - x1, y2 - y1))
-        texture = source.texture_without_mouth if options.mouth_mask else source.texture_with_mouth
+        texture = source.texture_features_cut if options.mouth_mask else source.texture
         warped = apply_remap(texture, field_)
         patch = np.ascontiguousarray(warped[..., :3])
         alpha = warped[..., 3].astype(np.float32) * np.float32(1.0 / 255.0)

@@ -3,8 +3,8 @@
 Everything derivable from the source photo is done here so a frame costs one warp and one blend:
 - the texture is an eye-levelled crop of fixed size (faces of any photo size look alike to the warp);
 - masks live in that crop and travel with the texture through the warp (alpha channel): the face
-  outline with its top lowered below the hairline and feathered wider there, the target's eyes and
-  (optionally) inner mouth cut out, and things in front of the face (a microphone, a hand: not skin
+  outline with its top lowered below the hairline and feathered wider there, (optionally) the
+  target's eyes and inner mouth cut out so its gaze and speech show, and things in front of the face (a microphone, a hand: not skin
   chroma) removed;
 - triangles the source shows edge-on or from behind (a turned head's far cheek) take their texture
   from the mirrored triangle of the near side instead of smearing a few pixels over a large area.
@@ -27,6 +27,9 @@ from streamer.swap_engines.base import NoFaceError
 logger = logging.getLogger(__name__)
 
 Points = NDArray[np.float32]
+# a cut (eyes, mouth) reaches this far past its outline in the texture, so the bilinear sample of a
+# target pixel inside the target's eye or mouth never picks up alpha from outside the cut
+MIN_CUT_MARGIN_PX = 2.5  # 1 px of bilinear reach + 1 px of outline rasterisation, with room
 
 
 @dataclass(frozen=True)
@@ -51,8 +54,8 @@ class MeshSourceConfig:
 class MeshSource:
     """A prepared source face. Textures are RGBA crops whose alpha is the paste mask."""
 
-    texture_with_mouth: NDArray[np.uint8]  # [S,S,4], alpha keeps the source's inner mouth
-    texture_without_mouth: NDArray[np.uint8]  # [S,S,4], alpha cuts the inner mouth out
+    texture: NDArray[np.uint8]  # [S,S,4], alpha = the whole face (source eyes and mouth shown)
+    texture_features_cut: NDArray[np.uint8]  # [S,S,4], alpha cuts the eyes and inner mouth out
     lips_mask: NDArray[np.uint8]  # [S,S] 0..255, the lips and their rim
     mesh: Points  # [468,3] in texture px
     src_triangles: Points  # [T,3,2] texture px per ALL_TRIANGLES row (mirrored where culled)
@@ -135,7 +138,7 @@ def lowered_outline(mesh: Points, drop: float) -> Points:
 def build_masks(
     texture: NDArray[np.uint8], mesh: Points, config: MeshSourceConfig
 ) -> tuple[NDArray[np.float32], NDArray[np.float32], NDArray[np.float32]]:
-    """(face alpha without the mouth cut, inner-mouth cut, lips mask), float32 in texture space."""
+    """(face alpha, eyes + inner-mouth cut, lips mask), float32 in texture space."""
     size = (texture.shape[1], texture.shape[0])
     face_height = float(np.linalg.norm(mesh[topology.FOREHEAD_TOP, :2] - mesh[topology.CHIN_BOTTOM, :2]))
 
@@ -153,12 +156,21 @@ def build_masks(
     )
     face_alpha = feather_inside_cpu(face_region, np.broadcast_to(feather_px, (size[1], size[0])))
 
-    eyes = fill_polygons_cpu(size, [loop(topology.RIGHT_EYE), loop(topology.LEFT_EYE)])
-    face_alpha *= 1.0 - feather_outside_cpu(
-        eyes, config.eye_margin * face_height, config.eye_feather * face_height
+    def hole(outline: tuple[int, ...], triangles: NDArray[np.int32]) -> list[Points]:
+        # the outline and the fill triangles: where a closed (folded) lid or lip line puts a hole
+        # triangle outside its outline, target pixels of that hole still land inside the cut
+        return [loop(outline)] + [mesh[triangle, :2] for triangle in triangles]
+
+    eyes = fill_polygons_cpu(
+        size,
+        hole(topology.RIGHT_EYE, topology.RIGHT_EYE_HOLE) + hole(topology.LEFT_EYE, topology.LEFT_EYE_HOLE),
     )
-    inner_mouth = fill_polygons_cpu(size, [loop(topology.LIPS_INNER)])
-    mouth_cut = feather_outside_cpu(inner_mouth, 0.008 * face_height, 0.02 * face_height)
+    eye_margin = max(config.eye_margin * face_height, MIN_CUT_MARGIN_PX)
+    eye_cut = feather_outside_cpu(eyes, eye_margin, config.eye_feather * face_height)
+    inner_mouth = fill_polygons_cpu(size, hole(topology.LIPS_INNER, topology.INNER_MOUTH_HOLE))
+    mouth_cut = feather_outside_cpu(
+        inner_mouth, max(0.008 * face_height, MIN_CUT_MARGIN_PX), 0.02 * face_height
+    )
     lips = fill_polygons_cpu(size, [loop(topology.LIPS_OUTER)])
     lips_mask = feather_outside_cpu(lips, 0.01 * face_height, 0.04 * face_height)
 
@@ -176,7 +188,7 @@ def build_masks(
             skin = cv2.morphologyEx(skin, cv2.MORPH_OPEN, np.ones((5, 5), np.uint8))
             skin = cv2.GaussianBlur(skin, (0, 0), 0.012 * face_height)
             face_alpha *= skin
-    return face_alpha, mouth_cut, lips_mask
+    return face_alpha, np.maximum(eye_cut, mouth_cut), lips_mask
 
 
 def _to_uint8(mask: NDArray[np.float32]) -> NDArray[np.uint8]:
@@ -201,10 +213,10 @@ def build_mesh_source(image: Frame, mesh_in_image: Points, config: MeshSourceCon
         src_triangles, mirrored = cull_to_mirror(mesh, config.facing_threshold, config.mirror_advantage)
     else:
         src_triangles, mirrored = mesh[topology.ALL_TRIANGLES, :2].astype(np.float32), 0
-    face_alpha, mouth_cut, lips_mask = build_masks(texture, mesh, config)
+    face_alpha, features_cut, lips_mask = build_masks(texture, mesh, config)
     source = MeshSource(
-        texture_with_mouth=np.dstack([texture, _to_uint8(face_alpha)]),
-        texture_without_mouth=np.dstack([texture, _to_uint8(face_alpha * (1.0 - mouth_cut))]),
+        texture=np.dstack([texture, _to_uint8(face_alpha)]),
+        texture_features_cut=np.dstack([texture, _to_uint8(face_alpha * (1.0 - features_cut))]),
         lips_mask=_to_uint8(lips_mask),
         mesh=mesh,
         src_triangles=np.ascontiguousarray(src_triangles),

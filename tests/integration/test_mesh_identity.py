@@ -2,7 +2,8 @@
 
 For every ordered pair of photos of two different people (obama, biden, alex_lacamoire: at least two
 photos each), photo A of P is swapped onto photo B of Q; the dlib embedding of the swapped face must be
-closer (mean distance) to P's other photos (not A) than to Q's other photos (not B) in >= 95 % of pairs.
+closer (mean distance) to P's other photos (not A) than to Q's other photos (not B) in >= 95 % of pairs
+with the source's eyes and mouth (mouth_mask off), >= 93 % with the target's eyes and inner mouth kept.
 Run with -s to see the rate and the mean distances.
 """
 
@@ -131,13 +132,18 @@ def ordered_pairs(photos: list[Photo]) -> Iterator[tuple[Photo, Photo]]:
 
 
 @pytest.mark.slow
-def test_swapped_face_is_recognised_as_the_source_person(models: Models, photos: list[Photo]) -> None:
+@pytest.mark.parametrize("mouth_mask", [False, True], ids=["source-eyes-mouth", "target-eyes-mouth"])
+def test_swapped_face_is_recognised_as_the_source_person(
+    models: Models, photos: list[Photo], mouth_mask: bool
+) -> None:
     embeddings = {photo.label: embed(models, photo.image, photo.face) for photo in photos}
     sources: dict[str, MeshSource] = {p.label: models.engine.prepare_source(source_image(p)) for p in photos}
     moved, total = 0, 0
     source_distances, target_distances, failures = [], [], []
     for source, target in ordered_pairs(photos):
-        swapped = models.engine.swap(target.image, [target.face], sources[source.label], SwapOptions())
+        swapped = models.engine.swap(
+            target.image, [target.face], sources[source.label], SwapOptions(mouth_mask=mouth_mask)
+        )
         embedding = embed(models, swapped, target.face)
         to_source = np.mean(
             [
@@ -162,10 +168,12 @@ def test_swapped_face_is_recognised_as_the_source_person(models: Models, photos:
             failures.append(f"{source.label} -> {target.label}: {to_source:.3f} vs {to_target:.3f}")
     rate = moved / total
     print(
-        f"\nmesh identity: moved in {moved}/{total} pairs ({rate:.1%}); mean distance to source person "
+        f"\nmesh identity (mouth_mask={mouth_mask}): moved in {moved}/{total} pairs ({rate:.1%}); mean distance to source person "
         f"{np.mean(source_distances):.3f}, to target person {np.mean(target_distances):.3f}"
     )
     for failure in failures:
         print("  not moved:", failure)
     assert total == 78
-    assert rate >= 0.95
+    # mouth_mask keeps the target's eyes (gaze) and inner mouth: identity cues dlib weighs heavily, so
+    # that mode's bar is lower (measured 74/78; the misses are the blurry video still alex_lacamoire.png)
+    assert rate >= (0.95 if not mouth_mask else 0.93)

@@ -23,6 +23,13 @@ def test_fill_polygons_fills_the_square_inclusive() -> None:
     assert (mask[20:80, 20:80] == 255).all() and mask.sum() == 60 * 60 * 255
 
 
+def test_fill_polygons_takes_the_union_of_overlapping_polygons() -> None:
+    shifted = SQUARE + 30.0
+    mask = fill_polygons_cpu((120, 120), [SQUARE, shifted])
+    assert (mask[55:75, 55:75] == 255).all()  # the overlap stays filled
+    assert mask.sum() == (2 * 60 * 60 - 30 * 30) * 255
+
+
 def test_smoothstep_is_clamped_and_monotonic() -> None:
     values = smoothstep(np.linspace(-1, 2, 31, dtype=np.float32))
     assert values[0] == 0 and values[-1] == 1 and (np.diff(values) >= 0).all()
