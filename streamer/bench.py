@@ -114,6 +114,10 @@ def run(args: argparse.Namespace) -> int:
         from streamer.live_bench import run_live
 
         return run_live(args)
+    if getattr(args, "gpu", False):
+        from streamer.gpu_bench import run_gpu_bench
+
+        return run_gpu_bench(args)
     if args.soak:
         from streamer.soak_bench import run_soak
 
