@@ -42,6 +42,7 @@ class MeshSourceConfig:
     facing_threshold: float = 0.0  # a triangle seen at a cos below this (from behind) is culled...
     mirror_advantage: float = 0.3  # ...when its mirror image faces the camera this much better
     skin_mask: bool = True
+    skin_distance: float = 3.0  # robust chroma sigmas from the face's own skin still counted as skin
     forehead_drop: float = 0.25  # of the distance brow line -> top of the outline
     edge_feather: float = 0.025
     forehead_feather: float = 0.14
@@ -180,11 +181,11 @@ def build_masks(
             [cv2.convexHull(loop(topology.RIGHT_EYEBROW)), cv2.convexHull(loop(topology.LEFT_EYEBROW))],
         )
         features = np.maximum.reduce([eyes, brows, lips, inner_mouth])
-        near_features = feather_outside_cpu(features, 0.03 * face_height, 0.02 * face_height)
+        near_features = feather_outside_cpu(features, 0.01 * face_height, 0.01 * face_height)
         interior = feather_inside_cpu(face_region, 0.06 * face_height) > 0.99
-        sample = interior & (near_features < 0.01)
+        sample = interior & (feather_outside_cpu(features, 0.03 * face_height, 0.01 * face_height) < 0.01)
         if sample.any():
-            skin = np.maximum(skin_mask_cpu(texture, sample), near_features)
+            skin = np.maximum(skin_mask_cpu(texture, sample, max_distance=config.skin_distance), near_features)
             skin = cv2.morphologyEx(skin, cv2.MORPH_OPEN, np.ones((5, 5), np.uint8))
             skin = cv2.GaussianBlur(skin, (0, 0), 0.012 * face_height)
             face_alpha *= skin
