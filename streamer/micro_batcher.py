@@ -130,9 +130,9 @@ class MicroBatcher(Generic[Item]):
         with self._lock:
             if session_id not in self._sessions:
                 self._sessions.append(session_id)
-            if session_id in self._pending:
+            if self._pending.pop(session_id, None) is not None:
                 self.dropped += 1
-            self._pending[session_id] = PendingFrame(session_id, item, now)
+            self._pending[session_id] = PendingFrame(session_id, item, now)  # dict order = arrival order
 
     @property
     def pending_count(self) -> int:
@@ -167,8 +167,8 @@ class MicroBatcher(Generic[Item]):
     def _deadline_locked(self) -> float | None:
         if not self._pending:
             return None
-        first = min(frame.arrived_at for frame in self._pending.values())
-        return first + self.policy.max_wait_ms / 1000.0
+        first = next(iter(self._pending.values()))  # the oldest waiting frame
+        return first.arrived_at + self.policy.max_wait_ms / 1000.0
 
     def _close_reason_locked(self, now: float) -> CloseReason | None:
         if not self._pending:
