@@ -42,7 +42,7 @@ from streamer.device_frames import CupyTransfers, DeviceFrames, HostTransfers, I
 from streamer.micro_batcher import BATCH_BUCKETS
 from streamer.stage_timer import StageTimer
 from streamer.stream_capacity import max_streams_held
-from streamer.synthetic_swapper import build_synthetic_swapper
+from streamer.synthetic_swapper import SyntheticSwapper, build_synthetic_swapper
 
 logger = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ class BenchPlan:
     cpu_ratio_frames: int
 
 
-FULL_PLAN = BenchPlan(((1280, 720), (1920, 1080)), (1280, 720), 1.0, 60, 3)
+FULL_PLAN = BenchPlan(((1280, 720), (1920, 1080)), (1280, 720), 1.0, 40, 3)
 QUICK_PLAN = BenchPlan(((320, 240), (640, 360)), (320, 240), 1.0 / 16, 6, 2)
 
 
@@ -206,15 +206,14 @@ class _StageClock:
         self.last = now
 
 
-def load_swapper(backend: ComputeBackend, width: float, workdir: Path) -> tuple[Swapper, dict[str, float]]:
-    built = build_synthetic_swapper(width)
-    path = workdir / f"synthetic_inswapper_w{width:.4f}.onnx"
-    path.write_bytes(built.model_bytes)
+def load_swapper(backend: ComputeBackend, built: SyntheticSwapper, workdir: Path) -> Swapper:
+    """A Swapper over the synthetic network on `backend` (file written once per width into `workdir`)."""
+    path = workdir / f"synthetic_inswapper_w{built.width:.4f}.onnx"
+    if not path.exists():
+        path.write_bytes(built.model_bytes)
     spec = get_spec("inswapper_128")
     session = create_session(path, spec, backend.inference_config())
-    emap = np.eye(512, dtype=np.float32)
-    figures = {"parameters_m": built.parameters / 1e6, "gflops_per_face": built.gflops_per_face}
-    return Swapper(session, spec, emap), figures
+    return Swapper(session, spec, np.eye(512, dtype=np.float32))
 
 
 def time_frames(path: FramePath, size: tuple[int, int], frames: int) -> dict[str, Any]:
@@ -262,11 +261,12 @@ def bench_workload(
     workdir: Path,
     cpu_backend: ComputeBackend | None,
 ) -> dict[str, Any]:
-    swapper, figures = (
-        load_swapper(backend, plan.swapper_width, workdir) if workload == "inswapper" else (None, {})
-    )
+    result: dict[str, Any] = {"workload": workload}
+    built = build_synthetic_swapper(plan.swapper_width) if workload == "inswapper" else None
+    swapper = load_swapper(backend, built, workdir) if built is not None else None
+    if built is not None:
+        result.update(parameters_m=built.parameters / 1e6, gflops_per_face=built.gflops_per_face)
     path = FramePath(backend, workload, swapper)
-    result: dict[str, Any] = {"workload": workload, **figures}
     result["sizes"] = [time_frames(path, size, plan.frames) for size in plan.sizes]
     batch_seconds = time_buckets(path, plan.capacity_size, max(3, plan.frames // 10))
     result["batch_ms"] = {str(bucket): round(value * 1000.0, 3) for bucket, value in batch_seconds.items()}
@@ -274,7 +274,7 @@ def bench_workload(
     result["streams_held"] = streams
     result["capacity"] = asdict(capacity) if capacity is not None else None
     if cpu_backend is not None:
-        cpu_swapper, _ = load_swapper(cpu_backend, plan.swapper_width, workdir) if swapper else (None, {})
+        cpu_swapper = load_swapper(cpu_backend, built, workdir) if built is not None else None
         cpu_timing = time_frames(
             FramePath(cpu_backend, workload, cpu_swapper), plan.capacity_size, plan.cpu_ratio_frames
         )

@@ -11,6 +11,7 @@ from gpu_ops.colorspace import i420_to_rgb
 from streamer.compute_backend import ComputeBackend
 from streamer.device_frames import CupyTransfers, DeviceFrames, I420Planes
 from streamer.gpu_bench import FramePath, load_swapper, synthetic_i420
+from streamer.synthetic_swapper import build_synthetic_swapper
 
 pytestmark = pytest.mark.gpu
 
@@ -65,7 +66,7 @@ def test_device_frames_cross_twice_and_round_trip(gpu_backend: ComputeBackend) -
 def test_inswapper_frame_path_crosses_the_bus_exactly_twice(
     gpu_backend: ComputeBackend, spy: TransferSpy, tmp_path: Any
 ) -> None:
-    swapper, _ = load_swapper(gpu_backend, 1.0 / 16, tmp_path)
+    swapper = load_swapper(gpu_backend, build_synthetic_swapper(1.0 / 16), tmp_path)
     path = FramePath(gpu_backend, "inswapper", swapper)
     inputs = [synthetic_i420(WIDTH, HEIGHT, seed=index) for index in range(3)]
     path.run_batch(inputs[:1])  # warm-up (kernel compiles, constant uploads)
@@ -81,8 +82,9 @@ def test_inswapper_frame_path_crosses_the_bus_exactly_twice(
 def test_gpu_frame_path_matches_the_cpu_path(
     gpu_backend: ComputeBackend, cpu_backend: ComputeBackend, tmp_path: Any
 ) -> None:
-    gpu_swapper, _ = load_swapper(gpu_backend, 1.0 / 16, tmp_path)
-    cpu_swapper, _ = load_swapper(cpu_backend, 1.0 / 16, tmp_path)
+    built = build_synthetic_swapper(1.0 / 16)
+    gpu_swapper = load_swapper(gpu_backend, built, tmp_path)
+    cpu_swapper = load_swapper(cpu_backend, built, tmp_path)
     planes = synthetic_i420(WIDTH, HEIGHT, seed=5)
     (gpu_out,) = FramePath(gpu_backend, "inswapper", gpu_swapper).run_batch([planes])
     (cpu_out,) = FramePath(cpu_backend, "inswapper", cpu_swapper).run_batch([planes])
