@@ -42,13 +42,16 @@ class MeshSourceConfig:
     facing_threshold: float = 0.0  # a triangle seen at a cos below this (from behind) is culled...
     mirror_advantage: float = 0.3  # ...when its mirror image faces the camera this much better
     skin_mask: bool = True
-    skin_distance: float = 3.0  # robust chroma sigmas from the face's own skin still counted as skin
+    skin_distance: float = 4.0  # robust chroma sigmas from the face's own skin still counted as skin
     forehead_drop: float = 0.25  # of the distance brow line -> top of the outline
     edge_feather: float = 0.025
     forehead_feather: float = 0.14
     eye_margin: float = 0.004  # target eyes kept: cut this far around the lids, then feathered
     eye_feather: float = 0.015
-    max_source_yaw_degrees: float = 50.0
+    max_source_yaw_degrees: float = 40.0
+    # below this turn the far cheek is only foreshortened; mirroring there would paste the near side's
+    # sideburn and outline into the cheek (seen on a 14-degree source), so it is left alone
+    min_yaw_for_mirror_degrees: float = 20.0
 
 
 @dataclass(frozen=True)
@@ -185,7 +188,9 @@ def build_masks(
         interior = feather_inside_cpu(face_region, 0.06 * face_height) > 0.99
         sample = interior & (feather_outside_cpu(features, 0.03 * face_height, 0.01 * face_height) < 0.01)
         if sample.any():
-            skin = np.maximum(skin_mask_cpu(texture, sample, max_distance=config.skin_distance), near_features)
+            skin = np.maximum(
+                skin_mask_cpu(texture, sample, max_distance=config.skin_distance), near_features
+            )
             skin = cv2.morphologyEx(skin, cv2.MORPH_OPEN, np.ones((5, 5), np.uint8))
             skin = cv2.GaussianBlur(skin, (0, 0), 0.012 * face_height)
             face_alpha *= skin
@@ -210,7 +215,7 @@ def build_mesh_source(image: Frame, mesh_in_image: Points, config: MeshSourceCon
     mesh = np.empty_like(mesh_in_image, dtype=np.float32)
     mesh[:, :2] = mesh_in_image[:, :2] @ matrix[:, :2].T.astype(np.float32) + matrix[:, 2].astype(np.float32)
     mesh[:, 2] = mesh_in_image[:, 2] * scale
-    if config.cull_back_faces:
+    if config.cull_back_faces and abs(yaw) >= config.min_yaw_for_mirror_degrees:
         src_triangles, mirrored = cull_to_mirror(mesh, config.facing_threshold, config.mirror_advantage)
     else:
         src_triangles, mirrored = mesh[topology.ALL_TRIANGLES, :2].astype(np.float32), 0
