@@ -51,6 +51,21 @@ class Transfers(Protocol):
 
     def synchronize(self) -> None: ...
 
+    def record_event(self) -> "CopyEvent": ...
+
+
+class CopyEvent(Protocol):
+    """Marks a point on the stream; `synchronize()` waits on the host until the stream passed it."""
+
+    def synchronize(self) -> None: ...
+
+
+class _DoneEvent:
+    """Host copies are complete when they return."""
+
+    def synchronize(self) -> None:
+        return None
+
 
 @dataclass
 class BusLedger:
@@ -99,6 +114,9 @@ class HostTransfers:
     def synchronize(self) -> None:
         return None
 
+    def record_event(self) -> CopyEvent:
+        return _DoneEvent()
+
 
 class CupyTransfers:
     """Page-locked host buffers and async copies on the engine's CUDA stream (CuPy imported lazily)."""
@@ -120,10 +138,15 @@ class CupyTransfers:
         device.set(host, stream=self.stream)
 
     def device_to_host(self, device: Any, host: NDArray[np.uint8]) -> None:
-        device.get(stream=self.stream, out=host)
+        device.get(stream=self.stream, out=host, blocking=False)
 
     def synchronize(self) -> None:
         self.stream.synchronize()
+
+    def record_event(self) -> CopyEvent:
+        event = self.xp.cuda.Event(block=False, disable_timing=True)
+        event.record(self.stream)
+        return event  # type: ignore[no-any-return]
 
 
 @dataclass(frozen=True)
@@ -218,6 +241,7 @@ class DeviceFrames:
         self.ring_size = ring_size
         self._upload_layout: PlaneLayout | None = None
         self._staging: NDArray[np.uint8] | None = None
+        self._staging_sent: CopyEvent | None = None  # the last upload out of the staging buffer
         self._device_input: Any = None
         self._download_layout: PlaneLayout | None = None
         self._device_output: Any = None
@@ -232,10 +256,14 @@ class DeviceFrames:
             self._device_input = self.transfers.device_buffer(layout.nbytes)
             self._upload_layout = layout
             logger.debug("upload buffers sized to %d bytes (pitches %s)", layout.nbytes, layout.pitches)
+            self._staging_sent = None
         assert self._staging is not None
+        if self._staging_sent is not None:
+            self._staging_sent.synchronize()  # the async copy of the previous frame must have read it
         for staged, plane in zip(layout.views(self._staging), planes):
             staged[...] = plane  # host memcpy into pinned memory: rows keep their pitch
         self.transfers.host_to_device(self._staging, self._device_input)
+        self._staging_sent = self.transfers.record_event()
         self.ledger.record_upload(layout.nbytes)
         return layout.views(self._device_input)
 

@@ -9,7 +9,14 @@ from numpy.typing import NDArray
 
 from gpu_ops.colorspace import i420_to_rgb, rgb_to_i420
 from gpu_ops.errors import InvalidFrameError
-from streamer.device_frames import DeviceFrames, HostTransfers, I420Planes, PlaneLayout, planes_of_video_frame
+from streamer.device_frames import (
+    CopyEvent,
+    DeviceFrames,
+    HostTransfers,
+    I420Planes,
+    PlaneLayout,
+    planes_of_video_frame,
+)
 
 
 class RecordingTransfers(HostTransfers):
@@ -33,6 +40,17 @@ class RecordingTransfers(HostTransfers):
     def device_to_host(self, device: Any, host: NDArray[np.uint8]) -> None:
         self.calls.append(("device_to_host", host.nbytes))
         super().device_to_host(device, host)
+
+    def record_event(self) -> CopyEvent:
+        number = sum(1 for name, _ in self.calls if name == "record_event")
+        self.calls.append(("record_event", number))
+        calls = self.calls
+
+        class Event:
+            def synchronize(self) -> None:
+                calls.append(("wait_event", number))
+
+        return Event()
 
     def copies(self) -> list[tuple[str, int]]:
         return [call for call in self.calls if call[0] in ("host_to_device", "device_to_host")]
@@ -77,7 +95,7 @@ def test_a_frame_crosses_the_bus_exactly_twice() -> None:
     assert [name for name, _ in copies] == ["host_to_device", "device_to_host"] * 5
     assert frames.ledger.crossings == 10
     assert frames.ledger.download_bytes == 5 * width * height * 3 // 2
-    allocations = [call for call in transfers.calls if call not in copies]
+    allocations = [call for call in transfers.calls if call not in copies and "event" not in call[0]]
     assert len(allocations) == 2 + 1 + DeviceFrames(HostTransfers()).ring_size  # only on the first frame
 
 
@@ -128,3 +146,19 @@ def test_odd_sized_video_frame_is_refused() -> None:
     planes = planes_of_video_frame(av.VideoFrame(width=51, height=36, format="yuv420p"))
     with pytest.raises(InvalidFrameError, match="even-sized"):
         PlaneLayout.of(planes)
+
+
+def test_staging_is_rewritten_only_after_its_previous_upload_completed() -> None:
+    transfers = RecordingTransfers()
+    frames = DeviceFrames(transfers)
+    for seed in range(3):
+        frames.upload(padded_planes(32, 16, pad=8, seed=seed))
+    pattern = [
+        call for call in transfers.calls if call[0] in ("host_to_device", "record_event", "wait_event")
+    ]
+    assert [name for name, _ in pattern] == [
+        "host_to_device", "record_event",
+        "wait_event", "host_to_device", "record_event",
+        "wait_event", "host_to_device", "record_event",
+    ]  # fmt: skip
+    assert [number for name, number in pattern if name == "wait_event"] == [0, 1]
