@@ -91,12 +91,14 @@ class Pictures:
         prepared = engine.prepare_source(source)
         return engine.swap(target, [self.face(target)], prepared, options or SwapOptions())
 
-    def crop(self, image: Frame, reference: Frame, zoom: float) -> Frame:
+    def crop(self, image: Frame, reference: Frame, zoom: float, focus: int | None = None) -> Frame:
         """A panel: `image` cut around the face found in `reference` (the same image, or its original)."""
         mesh = self.face(reference).mesh
         assert mesh is not None
         low, high = mesh[:, :2].min(0), mesh[:, :2].max(0)
         centre, extent = (low + high) / 2, float((high - low).max()) * 1.25 / zoom
+        if focus is not None:
+            centre = mesh[focus, :2]
         scale = PANEL_SIZE[1] / extent
         matrix = np.array(
             [
@@ -108,10 +110,16 @@ class Pictures:
         return cv2.warpAffine(image, matrix, PANEL_SIZE, flags=flags, borderMode=cv2.BORDER_REPLICATE)
 
     def save(
-        self, name: str, target: Frame, panels: list[Frame], zoom: float = 1.0, first: Frame | None = None
+        self,
+        name: str,
+        target: Frame,
+        panels: list[Frame],
+        zoom: float = 1.0,
+        first: Frame | None = None,
+        focus: int | None = None,
     ) -> None:
         """Panels cut around the target face; `first` replaces panel 1, cut around its own face."""
-        crops = [self.crop(panel, target, zoom) for panel in panels]
+        crops = [self.crop(panel, target, zoom, focus) for panel in panels]
         if first is not None:
             crops[0] = self.crop(first, first, zoom)
         separator = np.full((PANEL_SIZE[1], 3, 3), 255, np.uint8)
@@ -153,7 +161,11 @@ def with_microphone(image: Frame, mesh: NDArray[np.float32]) -> Frame:
 
 
 def triangle_by_triangle(engine: MeshEngine, source: Frame, target: Frame, face: TrackedFace) -> Frame:
-    """The classic piecewise warp: one warpAffine + integer triangle mask per triangle (leaves cracks)."""
+    """The classic piecewise warp: warpAffine + anti-aliased triangle mask, blended triangle by triangle.
+
+    Edge pixels get a partial weight from each of two neighbours, so the background shows through
+    along every shared edge: the 1-pixel cracks.
+    """
     prepared = engine.prepare_source(source)
     output = target.copy()
     texture = prepared.texture[..., :3]
@@ -166,10 +178,11 @@ def triangle_by_triangle(engine: MeshEngine, source: Frame, target: Frame, face:
         patch = cv2.warpAffine(
             texture, matrix, (w, h), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REFLECT_101
         )
-        mask = np.zeros((h, w), np.uint8)
-        cv2.fillConvexPoly(mask, np.round(dst - [x, y]).astype(np.int32), 1, cv2.LINE_AA)
+        mask = np.zeros((h, w), np.float32)
+        cv2.fillConvexPoly(mask, np.round(dst - [x, y]).astype(np.int32), 1.0, cv2.LINE_AA)
         region = output[y : y + h, x : x + w]
-        region[mask > 0] = patch[mask > 0]
+        blended = region * (1.0 - mask[..., None]) + patch * mask[..., None]
+        region[...] = np.clip(blended + 0.5, 0, 255).astype(np.uint8)
     return output
 
 
@@ -225,6 +238,8 @@ def main() -> int:
             pictures.swap(dataclasses.replace(default, keep_target_lips=False), biden, obama),
             pictures.swap(default, biden, obama),
         ],
+        zoom=2.0,
+        focus=topology.UPPER_INNER_LIP,
     )
     face = pictures.face(obama)
     assert face.mesh is not None
@@ -253,6 +268,7 @@ def main() -> int:
         astronaut,
         [astronaut, triangle_by_triangle(engine, obama, astronaut, target_face), one_remap],
         zoom=2.5,
+        focus=topology.NOSE_TIP,
     )
     return 0
 
