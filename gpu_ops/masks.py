@@ -49,7 +49,7 @@ def feather_inside_cpu(region: BinaryMask, width_px: float | NDArray[np.float32]
     _check_binary(region)
     distance = cv2.distanceTransform(region, cv2.DIST_L2, cv2.DIST_MASK_PRECISE)
     width = np.maximum(np.asarray(width_px, np.float32), 1e-3)
-    return smoothstep(distance / width)
+    return smoothstep((distance / width).astype(np.float32))
 
 
 def feather_outside_cpu(region: BinaryMask, margin_px: float, width_px: float) -> Mask:

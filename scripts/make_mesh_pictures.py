@@ -62,7 +62,7 @@ class Pictures:
         capture.release()
         if not ok:
             raise SystemExit("cannot read the Hamilton clip")
-        rgb = np.ascontiguousarray(cv2.cvtColor(frame, cv2.COLOR_BGR2RGB))
+        rgb: Frame = np.ascontiguousarray(cv2.cvtColor(frame, cv2.COLOR_BGR2RGB), dtype=np.uint8)
         x1, y1, x2, y2 = self.face(rgb).box.astype(int)
         side = x2 - x1
         return np.ascontiguousarray(rgb[max(0, y1 - side) : y2 + side, max(0, x1 - side) : x2 + side])
@@ -107,7 +107,8 @@ class Pictures:
             ]
         )
         flags = cv2.INTER_NEAREST if zoom > 1 else cv2.INTER_AREA
-        return cv2.warpAffine(image, matrix, PANEL_SIZE, flags=flags, borderMode=cv2.BORDER_REPLICATE)
+        crop = cv2.warpAffine(image, matrix, PANEL_SIZE, flags=flags, borderMode=cv2.BORDER_REPLICATE)
+        return np.asarray(crop, np.uint8)
 
     def save(
         self,
@@ -130,7 +131,7 @@ class Pictures:
         )
         assert ok
         if encoded.size > MAX_PNG_BYTES:  # drop the lowest colour bit: invisible, and PNG shrinks a lot
-            picture = picture & 0xFE
+            picture = np.bitwise_and(picture, np.uint8(0xFE))
             ok, encoded = cv2.imencode(
                 ".png", cv2.cvtColor(picture, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_PNG_COMPRESSION, 9]
             )

@@ -71,8 +71,8 @@ class MeshSource:
 
 def mouth_openness(mesh: Points) -> float:
     """Inner-lip gap over mouth width: ~0 closed, ~0.3 talking, > 0.5 wide open."""
-    gap = np.linalg.norm(mesh[topology.UPPER_INNER_LIP, :2] - mesh[topology.LOWER_INNER_LIP, :2])
-    width = np.linalg.norm(mesh[78, :2] - mesh[308, :2])
+    gap = float(np.linalg.norm(mesh[topology.UPPER_INNER_LIP, :2] - mesh[topology.LOWER_INNER_LIP, :2]))
+    width = float(np.linalg.norm(mesh[78, :2] - mesh[308, :2]))
     return float(gap / max(width, 1e-3))
 
 
@@ -113,7 +113,7 @@ def texture_transform(mesh: Points, config: MeshSourceConfig) -> NDArray[np.floa
     centre = (mesh[:, :2].min(0) + mesh[:, :2].max(0)) / 2.0
     matrix = cv2.getRotationMatrix2D((float(centre[0]), float(centre[1])), angle, scale)
     matrix[:, 2] += config.texture_size / 2.0 - centre
-    return matrix
+    return np.asarray(matrix, np.float64)
 
 
 def crop_texture(image: Frame, matrix: NDArray[np.float64], size: int) -> NDArray[np.uint8]:
@@ -121,7 +121,7 @@ def crop_texture(image: Frame, matrix: NDArray[np.float64], size: int) -> NDArra
     scale = float(np.sqrt(abs(np.linalg.det(matrix[:, :2]))))
     if scale < 0.7:
         reduced_size = (max(1, round(image.shape[1] * scale)), max(1, round(image.shape[0] * scale)))
-        image = cv2.resize(image, reduced_size, interpolation=cv2.INTER_AREA)
+        image = np.asarray(cv2.resize(image, reduced_size, interpolation=cv2.INTER_AREA), np.uint8)
         matrix = matrix.copy()
         matrix[:, :2] /= scale
     crop = cv2.warpAffine(
@@ -181,7 +181,10 @@ def build_masks(
     if config.skin_mask:
         brows = fill_polygons_cpu(
             size,
-            [cv2.convexHull(loop(topology.RIGHT_EYEBROW)), cv2.convexHull(loop(topology.LEFT_EYEBROW))],
+            [
+                np.asarray(cv2.convexHull(loop(topology.RIGHT_EYEBROW)), np.float32),
+                np.asarray(cv2.convexHull(loop(topology.LEFT_EYEBROW)), np.float32),
+            ],
         )
         features = np.maximum.reduce([eyes, brows, lips, inner_mouth])
         near_features = feather_outside_cpu(features, 0.01 * face_height, 0.01 * face_height)

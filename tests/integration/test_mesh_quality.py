@@ -164,7 +164,9 @@ def test_forehead_top_is_left_to_the_target(engine: MeshEngine, media_dir: Path)
 
 def test_warp_and_blend_cost_per_face(engine: MeshEngine, media_dir: Path) -> None:
     source = engine.prepare_source(load(media_dir, "fr_obama.jpg"))
-    target = cv2.resize(load(media_dir, "fr_biden2.jpg"), (640, 480), interpolation=cv2.INTER_AREA)
+    target = np.asarray(
+        cv2.resize(load(media_dir, "fr_biden2.jpg"), (640, 480), interpolation=cv2.INTER_AREA), np.uint8
+    )
     face = faces_of(engine, target)[0]
     engine.swap(target, [face], source, SwapOptions())
     timings = []

@@ -79,7 +79,8 @@ def test_identity_mesh_reproduces_the_texture_and_translation_shifts_it() -> Non
     points, triangles = grid_mesh(6, 6, 15.0, (10.0, 10.0), jitter=3.0, seed=7)
     same = warp_mesh_cpu(texture, points[triangles], points[triangles], (100, 100))
     np.testing.assert_array_equal(same[15:80, 15:80], texture[15:80, 15:80])
-    shifted = warp_mesh_cpu(texture, (points + [3.0, 5.0])[triangles], points[triangles], (100, 100))
+    moved = (points + np.array([3.0, 5.0], np.float32))[triangles]
+    shifted = warp_mesh_cpu(texture, moved, points[triangles], (100, 100))
     np.testing.assert_array_equal(shifted[15:80, 15:80], texture[20:85, 18:83])
 
 
