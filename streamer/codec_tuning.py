@@ -84,10 +84,12 @@ class LowLatencyH264Encoder(_SizedBitrate, H264Encoder):
         # aiortc builds its libx264 context inside _encode_frame with fixed options; building it here
         # first (same size, rate and profile) means aiortc's code finds it and keeps it.
         codec = self.codec
+        current_bitrate = (codec.bit_rate or 0) if codec is not None else 0
         stale = codec is not None and (
             frame.width != codec.width
             or frame.height != codec.height
-            or abs(self.target_bitrate - codec.bit_rate) / codec.bit_rate > 0.1
+            or current_bitrate == 0
+            or abs(self.target_bitrate - current_bitrate) / current_bitrate > 0.1
         )
         if codec is None or stale:
             self.buffer_data = b""
@@ -124,6 +126,9 @@ def install_codec_tuning() -> None:
 
 def prefer_codec(transceiver: RTCRtpTransceiver, mime_type: str = "video/VP8") -> None:
     """Order the transceiver's codec preferences with `mime_type` first (its RTX kept with it)."""
-    codecs = RTCRtpReceiver.getCapabilities(transceiver.kind).codecs
+    capabilities = RTCRtpReceiver.getCapabilities(transceiver.kind)
+    if capabilities is None:
+        raise ValueError(f"aiortc has no codecs for {transceiver.kind!r}")
+    codecs = capabilities.codecs
     first = [codec for codec in codecs if codec.mimeType.lower() == mime_type.lower()]
     transceiver.setCodecPreferences(first + [codec for codec in codecs if codec not in first])

@@ -34,9 +34,9 @@ def restrict_ice_addresses(addresses: Sequence[str]) -> None:
     """Offer only `addresses` as ICE host candidates from now on (process-wide; idempotent)."""
     checked = tuple(str(ipaddress.ip_address(address)) for address in addresses)  # ValueError on junk
     if not checked:
-        aioice.ice.get_host_addresses = _ORIGINAL_GET_HOST_ADDRESSES
+        aioice.ice.get_host_addresses = _ORIGINAL_GET_HOST_ADDRESSES  # type: ignore[assignment]
         return
-    aioice.ice.get_host_addresses = _fixed_host_addresses(checked)
+    aioice.ice.get_host_addresses = _fixed_host_addresses(checked)  # type: ignore[assignment]
     logger.info("ICE host candidates restricted to %s", ", ".join(checked))
 
 

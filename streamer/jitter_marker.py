@@ -32,7 +32,8 @@ def remove_frame_on_marker(buffer: JitterBuffer, sequence_number: int) -> Jitter
             timestamp = packet.timestamp
             packets.append(packet)
             if packet.marker:
-                frame = JitterFrame(data=b"".join(p._data for p in packets), timestamp=packet.timestamp)
+                payload = b"".join(p._data for p in packets)  # type: ignore[attr-defined]
+                frame = JitterFrame(data=payload, timestamp=packet.timestamp)
                 buffer.remove(count + 1)
                 return frame
     return _ORIGINAL_REMOVE_FRAME(buffer, sequence_number)
@@ -42,7 +43,7 @@ def install_marker_release() -> None:
     """Patch aiortc's JitterBuffer (idempotent; call at app start and in test clients)."""
     if getattr(JitterBuffer, _PATCH_FLAG, False):
         return
-    JitterBuffer._remove_frame = remove_frame_on_marker  # type: ignore[method-assign]
+    JitterBuffer._remove_frame = remove_frame_on_marker  # type: ignore[method-assign,assignment]
     setattr(JitterBuffer, _PATCH_FLAG, True)
     logger.info("aiortc jitter buffer: video frames released on the RTP marker bit")
 

@@ -82,21 +82,21 @@ class Metric:
             raise ValueError(f"{self.name} takes labels {self.label_names}, got {tuple(labels)}")
         return tuple(str(labels[name]) for name in self.label_names)
 
-    def inc(self, amount: float = 1.0, **labels: str) -> None:
+    def inc(self, amount: float = 1.0, /, **labels: str) -> None:
         if self.kind == "histogram" or (self.kind == "counter" and amount < 0):
             raise ValueError(f"{self.name}: inc({amount}) is not allowed on a {self.kind}")
         key = self._key(labels)
         with self._lock:
             self._values[key] = self._values.get(key, 0.0) + amount
 
-    def set(self, value: float, **labels: str) -> None:
+    def set(self, value: float, /, **labels: str) -> None:
         if self.kind != "gauge":
             raise ValueError(f"{self.name}: set() is only for gauges")
         key = self._key(labels)
         with self._lock:
             self._values[key] = value
 
-    def observe(self, value: float, **labels: str) -> None:
+    def observe(self, value: float, /, **labels: str) -> None:
         if self.kind != "histogram":
             raise ValueError(f"{self.name}: observe() is only for histograms")
         key = self._key(labels)

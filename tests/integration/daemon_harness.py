@@ -1,0 +1,60 @@
+"""Run the daemon app in-process on 127.0.0.1 for integration tests, and build the test frames."""
+
+import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import cv2
+import numpy as np
+from aiohttp import web
+
+from streamer.face import Frame
+from streamer.pipeline_binding import PipelineBinding
+from web.app import ENGINE_KEY, DaemonConfig, DaemonEngine, create_app
+
+LOOPBACK = "127.0.0.1"
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind((LOOPBACK, 0))
+        return int(probe.getsockname()[1])
+
+
+@asynccontextmanager
+async def running_daemon(
+    binding: PipelineBinding, config: DaemonConfig | None = None
+) -> AsyncIterator[tuple[str, DaemonEngine]]:
+    """(base_url, engine) of a daemon serving `binding`, models loaded; everything closed on exit."""
+    config = config or DaemonConfig(ice_addresses=(LOOPBACK,), idle_timeout_s=3.0)
+    app = create_app(config, lambda: binding)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    try:
+        port = _free_port()
+        await web.TCPSite(runner, LOOPBACK, port).start()
+        engine = app[ENGINE_KEY]
+        await engine.loaded
+        yield f"http://{LOOPBACK}:{port}", engine
+    finally:
+        await runner.cleanup()
+
+
+def camera_frame(media_dir: Path, name: str = "fr_obama.jpg", size: tuple[int, int] = (640, 480)) -> Frame:
+    """A media photo scaled to `size` width and centre-cropped to its height (RGB)."""
+    width, height = size
+    image: np.ndarray = decoded_photo(media_dir, name)
+    scaled_height = round(image.shape[0] * width / image.shape[1])
+    image = cv2.resize(image, (width, scaled_height), interpolation=cv2.INTER_AREA)
+    if scaled_height < height:
+        image = cv2.copyMakeBorder(image, 0, height - scaled_height, 0, 0, cv2.BORDER_REPLICATE)
+    top = max(0, min((scaled_height - height) // 3, scaled_height - height))
+    return np.ascontiguousarray(image[top : top + height])
+
+
+def decoded_photo(media_dir: Path, name: str) -> Frame:
+    """The photo as the daemon decodes an upload of its bytes (RGB)."""
+    bgr = cv2.imread(str(media_dir / name))
+    assert bgr is not None, f"cannot read {name}"
+    return np.ascontiguousarray(cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB), dtype=np.uint8)

@@ -1,0 +1,186 @@
+"""Session REST routes: offer/answer (JSON or application/sdp, WHIP-style 201 + Location), end, source
+upload, settings, stats, and client-reported latency. The contract is the page's: keep them in step.
+"""
+
+import asyncio
+import hashlib
+import json
+import logging
+from dataclasses import asdict
+from typing import Any
+
+from aiohttp import web
+from aiortc import RTCSessionDescription
+from aiortc.exceptions import InternalError, InvalidAccessError, InvalidStateError, OperationError
+
+from gpu_ops.errors import InvalidInputError
+from streamer.image_input import ImageTooLargeError, UnsupportedImageError, decode_image
+from streamer.peer_session import PeerSession
+from streamer.session_registry import SessionLimitError, SessionRegistry
+from streamer.swap_engines.base import NoFaceError
+from web.app import CONFIG_KEY, ENGINE_KEY, METRICS_KEY
+
+logger = logging.getLogger(__name__)
+
+RETRY_AFTER_S = "5"
+SDP_CONTENT_TYPE = "application/sdp"
+IMAGE_CONTENT_TYPES = ("image/jpeg", "image/png", "image/webp")
+MAX_LATENCY_SAMPLES = 300
+_BAD_OFFER_ERRORS = (
+    ValueError,
+    KeyError,
+    InternalError,
+    InvalidAccessError,
+    InvalidStateError,
+    OperationError,
+)
+
+
+def _error(status: int, message: str, **headers: str) -> web.Response:
+    return web.json_response({"error": message}, status=status, headers=headers or None)
+
+
+def _registry(request: web.Request) -> SessionRegistry | None:
+    engine = request.app.get(ENGINE_KEY)
+    return engine.registry if engine is not None and engine.ready else None
+
+
+def _session(request: web.Request) -> PeerSession:
+    registry = _registry(request)
+    session_id = request.match_info["session_id"]
+    session = registry.get(session_id) if registry is not None else None
+    if session is None:
+        raise web.HTTPNotFound(
+            text=json.dumps({"error": f"no session {session_id!r}"}), content_type="application/json"
+        )
+    return session
+
+
+async def _read_offer(request: web.Request) -> RTCSessionDescription:
+    if request.content_type == SDP_CONTENT_TYPE:
+        sdp = await request.text()
+    else:
+        try:
+            body = await request.json()
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            raise ValueError(f"body is not JSON: {error}") from error
+        if not isinstance(body, dict) or body.get("type") != "offer" or not isinstance(body.get("sdp"), str):
+            raise ValueError('expected JSON {"sdp": "...", "type": "offer"}')
+        sdp = body["sdp"]
+    if not sdp.strip().startswith("v=0"):
+        raise ValueError("the offer is not an SDP session description")
+    return RTCSessionDescription(sdp=sdp, type="offer")
+
+
+async def create_session(request: web.Request) -> web.Response:
+    registry = _registry(request)
+    if registry is None:
+        return _error(503, "models are still loading", **{"Retry-After": RETRY_AFTER_S})
+    try:
+        offer = await _read_offer(request)
+        session, answer = await registry.open(offer)
+    except SessionLimitError as error:
+        return _error(503, str(error), **{"Retry-After": RETRY_AFTER_S})
+    except _BAD_OFFER_ERRORS as error:
+        return _error(400, f"bad offer: {error}")
+    location = f"/api/sessions/{session.session_id}"
+    if request.content_type == SDP_CONTENT_TYPE:
+        return web.Response(
+            status=201, text=answer.sdp, content_type=SDP_CONTENT_TYPE, headers={"Location": location}
+        )
+    return web.json_response(
+        {"id": session.session_id, "sdp": answer.sdp, "type": answer.type},
+        status=201,
+        headers={"Location": location},
+    )
+
+
+async def delete_session(request: web.Request) -> web.Response:
+    registry = _registry(request)
+    if registry is None or not await registry.end(request.match_info["session_id"]):
+        return _error(404, f"no session {request.match_info['session_id']!r}")
+    return web.Response(status=204)
+
+
+async def session_stats(request: web.Request) -> web.Response:
+    return web.json_response(_session(request).stats())
+
+
+async def _read_image_bytes(request: web.Request) -> bytes:
+    if request.content_type.startswith("multipart/"):
+        reader = await request.multipart()
+        while (part := await reader.next()) is not None:
+            if getattr(part, "name", None) == "image":
+                return bytes(await part.read())  # type: ignore[union-attr]
+        raise UnsupportedImageError('multipart body has no "image" field')
+    return await request.read()
+
+
+def _decode_source(data: bytes, max_bytes: int) -> tuple[Any, str]:
+    return decode_image(data, max_bytes=max_bytes), hashlib.sha256(data).hexdigest()
+
+
+async def put_source(request: web.Request) -> web.Response:
+    session = _session(request)
+    max_bytes = request.app[CONFIG_KEY].max_upload_bytes
+    try:
+        data = await _read_image_bytes(request)
+        loop = asyncio.get_running_loop()
+        image, sha256 = await loop.run_in_executor(None, _decode_source, data, max_bytes)
+        info = await session.set_source(image, sha256)
+    except UnsupportedImageError as error:
+        return _error(415, str(error))
+    except ImageTooLargeError as error:
+        return _error(413, str(error))
+    except (InvalidInputError, NoFaceError) as error:
+        return _error(422, str(error))
+    except web.HTTPRequestEntityTooLarge:
+        return _error(413, f"image is larger than {max_bytes} bytes")
+    return web.json_response({"source": asdict(info)})
+
+
+async def delete_source(request: web.Request) -> web.Response:
+    _session(request).clear_source()
+    return web.Response(status=204)
+
+
+async def patch_settings(request: web.Request) -> web.Response:
+    session = _session(request)
+    try:
+        changes = await request.json()
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return _error(400, "body is not JSON")
+    if not isinstance(changes, dict):
+        return _error(400, "expected a JSON object of settings")
+    try:
+        settings = session.update_settings(changes)
+    except (ValueError, TypeError) as error:
+        return _error(400, str(error))
+    return web.json_response(asdict(settings))
+
+
+async def post_latency(request: web.Request) -> web.Response:
+    """The page's glass-to-glass samples (from frame stamps), for the e2e latency histogram."""
+    _session(request)
+    try:
+        body = await request.json()
+        samples = body["samples_ms"]
+        if not isinstance(samples, list) or not all(isinstance(s, (int, float)) for s in samples):
+            raise TypeError
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError):
+        return _error(400, 'expected JSON {"samples_ms": [number, ...]}')
+    histogram = request.app[METRICS_KEY].client_latency_seconds
+    for sample in samples[:MAX_LATENCY_SAMPLES]:
+        if 0 <= sample < 60_000:
+            histogram.observe(sample / 1000.0)
+    return web.Response(status=204)
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_post("/api/sessions", create_session)
+    app.router.add_get("/api/sessions/{session_id}", session_stats)
+    app.router.add_delete("/api/sessions/{session_id}", delete_session)
+    app.router.add_put("/api/sessions/{session_id}/source", put_source)
+    app.router.add_delete("/api/sessions/{session_id}/source", delete_source)
+    app.router.add_patch("/api/sessions/{session_id}/settings", patch_settings)
+    app.router.add_post("/api/sessions/{session_id}/latency", post_latency)
