@@ -33,5 +33,18 @@ def preload_cuda_libraries() -> list[str]:
     return loaded
 
 
+def preload_through_torch() -> str:
+    """Fallback when the pip layout differs: importing torch loads its CUDA libraries globally."""
+    try:
+        import torch  # noqa: F401 - imported for its side effect
+
+        return "torch"
+    except Exception as error:  # noqa: BLE001 - recorded in the environment for env.json
+        return f"torch import failed: {type(error).__name__}"
+
+
 if os.environ.get("LIVEFUSE_PRELOAD_CUDA") == "1":
-    os.environ["LIVEFUSE_PRELOADED_CUDA"] = ",".join(preload_cuda_libraries())
+    loaded = preload_cuda_libraries()
+    if not any("cudart" in name for name in loaded) or not any("cudnn" in name for name in loaded):
+        loaded.append(preload_through_torch())
+    os.environ["LIVEFUSE_PRELOADED_CUDA"] = ",".join(loaded)
