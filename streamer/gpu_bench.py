@@ -13,6 +13,7 @@ speed ratio of the same frames. Detection and landmarks are not in the path (the
 """
 
 import argparse
+import contextlib
 import json
 import logging
 import platform
@@ -131,9 +132,10 @@ class FramePath:
         """All frames of one batch (frame i belongs to session i) through the path; host I420 out."""
         self.frame_count += 1
         stage = _StageClock(timer, self.sync)
-        devices = [
-            self.sessions.setdefault(index, DeviceFrames(self.transfers)) for index in range(len(inputs))
-        ]
+        for index in range(len(inputs)):
+            if index not in self.sessions:
+                self.sessions[index] = DeviceFrames(self.transfers)
+        devices = [self.sessions[index] for index in range(len(inputs))]
         with self._on_stream():
             uploaded = [frames.upload(planes) for frames, planes in zip(devices, inputs)]
             stage("upload")
@@ -151,8 +153,6 @@ class FramePath:
         return outputs
 
     def _on_stream(self) -> Any:
-        import contextlib
-
         return self.backend.stream if self.backend.on_gpu else contextlib.nullcontext()
 
     def _swap_faces(self, rgb: list[Any], stage: "_StageClock") -> None:
@@ -175,18 +175,22 @@ class FramePath:
         height, width = rgb[0].shape[:2]
         box = min(MESH_BOX, height - 2, width - 2)
         x1, y1 = (width - box) // 2, (height - box) // 2
-        dst = grid_triangles(MESH_BOX, MESH_GRID, 3.0 + (self.frame_count % 5)) * (box / MESH_BOX)
-        field = build_remap(dst, self.src_triangles, (box, box))
+        fields = []
+        for index in range(len(rgb)):  # every face has its own mesh, so its own field
+            wobble = 3.0 + (self.frame_count + index) % 5
+            dst = grid_triangles(MESH_BOX, MESH_GRID, wobble) * (box / MESH_BOX)
+            fields.append(build_remap(dst, self.src_triangles, (box, box)))
         stage("mesh_field")
-        warped = [apply_remap(self.texture, field) for _ in rgb]
+        warped = [apply_remap(self.texture, field) for field in fields]
         stage("mesh_warp")
-        alpha = warped[0][..., 3].astype(self.xp.float32) * np.float32(1.0 / 255.0)
+        alphas = [face[..., 3].astype(self.xp.float32) * np.float32(1.0 / 255.0) for face in warped]
         regions = [frame[y1 : y1 + box, x1 : x1 + box] for frame in rgb]
         patches = [
-            match_shading(self.xp.ascontiguousarray(w[..., :3]), r, alpha) for w, r in zip(warped, regions)
+            match_shading(self.xp.ascontiguousarray(face[..., :3]), region, alpha)
+            for face, region, alpha in zip(warped, regions, alphas)
         ]
         stage("shading")
-        for region, patch in zip(regions, patches):
+        for region, patch, alpha in zip(regions, patches, alphas):
             blend(region, patch, alpha)
         stage("blend")
 
