@@ -91,7 +91,6 @@ def http_json(url: str, method: str = "GET") -> tuple[int, object]:
 @pytest.fixture(scope="module")
 def daemon_url(models_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The real daemon (`run_stream.py serve`) on a free loopback port, with the real models."""
-
     log_path = tmp_path_factory.mktemp("daemon") / "daemon.log"
     try:
         daemon = DaemonProcess(models_dir, log_path, ready_timeout_s=DAEMON_READY_TIMEOUT_S)

@@ -146,10 +146,10 @@ def test_call_swaps_the_face_and_shows_latency(
     session_id = browser.execute_script("return window.livefuse.sessionId;")
     assert session_id
 
-    passthrough = [_poll(lambda: _face_blocks(browser), 5, "both videos playing")]
+    time.sleep(1.0)  # let the sender's bitrate ramp up before taking the passthrough reference
+    camera, reference = _poll(lambda: _face_blocks(browser), 5, "both videos playing")
     time.sleep(1.0)
-    passthrough.append(_face_blocks(browser))  # type: ignore[arg-type]
-    (camera, reference), (_, later) = passthrough
+    _, later = _poll(lambda: _face_blocks(browser), 5, "both videos playing")
     jitter = _levels(reference, later)
     camera_gap = _levels(camera, reference)
     swap_needs = max(SWAP_LEVELS, SWAP_FACTOR * jitter)
