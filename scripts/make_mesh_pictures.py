@@ -226,8 +226,8 @@ def main() -> int:
         obama,
         [
             obama,
-            pictures.swap(source_off(cull_back_faces=False), turned, obama),
-            pictures.swap(default, turned, obama),
+            pictures.swap(source_off(cull_back_faces=False, max_source_yaw_degrees=90.0), turned, obama),
+            pictures.swap(source_off(max_source_yaw_degrees=90.0), turned, obama),
         ],
         first=turned,
     )

@@ -48,10 +48,10 @@ class MeshSourceConfig:
     forehead_feather: float = 0.14
     eye_margin: float = 0.004  # target eyes kept: cut this far around the lids, then feathered
     eye_feather: float = 0.015
-    max_source_yaw_degrees: float = 40.0
+    max_source_yaw_degrees: float = 30.0  # beyond, the nose hides its far side: no fill looks right
     # below this turn the far cheek is only foreshortened; mirroring there would paste the near side's
     # sideburn and outline into the cheek (seen on a 14-degree source), so it is left alone
-    min_yaw_for_mirror_degrees: float = 20.0
+    min_yaw_for_mirror_degrees: float = 18.0
 
 
 @dataclass(frozen=True)

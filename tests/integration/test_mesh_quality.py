@@ -21,7 +21,7 @@ from models.landmarks import Landmarker
 from models.model_files import ModelStore
 from models.registry import get_spec
 from streamer.face import Frame, TrackedFace
-from streamer.swap_engines.base import SwapOptions
+from streamer.swap_engines.base import NoFaceError, SwapOptions
 from streamer.swap_engines.mesh import MeshConfig, MeshEngine, paste_box
 
 
@@ -160,6 +160,21 @@ def test_forehead_top_is_left_to_the_target(engine: MeshEngine, media_dir: Path)
     side_ramp = int(((into_the_cheek > 0) & (into_the_cheek < 250)).sum())
     print(f"\nfeather: {top_ramp} px at the forehead, {side_ramp} px at the cheek")
     assert top_ramp > 2 * side_ramp > 0
+
+
+def test_a_source_turned_past_the_limit_is_refused(engine: MeshEngine, media_dir: Path) -> None:
+    capture = cv2.VideoCapture(str(media_dir / "fr_short_hamilton_clip.mp4"))
+    capture.set(cv2.CAP_PROP_POS_FRAMES, 210)  # Lin-Manuel Miranda, head turned about 31 degrees
+    ok, frame = capture.read()
+    capture.release()
+    assert ok
+    rgb = np.ascontiguousarray(cv2.cvtColor(frame, cv2.COLOR_BGR2RGB), dtype=np.uint8)
+    face = max(faces_of(engine, rgb), key=lambda tracked: tracked.area)
+    x1, y1, x2, y2 = face.box.astype(int)
+    side = x2 - x1
+    crop = np.ascontiguousarray(rgb[max(0, y1 - side) : y2 + side, max(0, x1 - side) : x2 + side])
+    with pytest.raises(NoFaceError, match="turned"):
+        engine.prepare_source(crop)
 
 
 def test_warp_and_blend_cost_per_face(engine: MeshEngine, media_dir: Path) -> None:
