@@ -1,0 +1,56 @@
+"""The app-wide engine: loads off the loop, reports load errors, closes in every state."""
+
+import asyncio
+import threading
+
+import pytest
+
+from streamer.metrics import DaemonMetrics
+from streamer.pipeline_binding import PipelineBinding
+from tests.fakes_pipeline import fake_binding
+from web.app import DaemonConfig, DaemonEngine
+
+
+async def test_loads_in_a_thread_then_closes_twice() -> None:
+    threads: list[str] = []
+
+    def load() -> PipelineBinding:
+        threads.append(threading.current_thread().name)
+        return fake_binding()
+
+    engine = DaemonEngine(DaemonConfig(), DaemonMetrics(), load)
+    assert not engine.ready
+    engine.start()
+    await engine.loaded
+    assert engine.ready and threads and threads[0] != threading.main_thread().name
+    await engine.close()
+    await engine.close()
+    assert not engine.ready and engine.worker is not None and not engine.worker.running
+
+
+async def test_close_before_start_and_during_loading() -> None:
+    await DaemonEngine(DaemonConfig(), DaemonMetrics(), fake_binding).close()
+    gate = threading.Event()
+
+    def slow_load() -> PipelineBinding:
+        gate.wait(5)
+        return fake_binding()
+
+    engine = DaemonEngine(DaemonConfig(), DaemonMetrics(), slow_load)
+    engine.start()
+    await asyncio.sleep(0)
+    await engine.close()
+    gate.set()
+    assert engine.loaded.cancelled() and not engine.ready
+
+
+async def test_load_failure_is_reported_and_close_still_works() -> None:
+    def broken() -> PipelineBinding:
+        raise FileNotFoundError("no models here")
+
+    engine = DaemonEngine(DaemonConfig(), DaemonMetrics(), broken)
+    engine.start()
+    with pytest.raises(FileNotFoundError):
+        await engine.loaded
+    assert not engine.ready
+    await engine.close()
