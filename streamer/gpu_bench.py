@@ -274,6 +274,7 @@ def bench_workload(
     result["sizes"] = [time_frames(path, size, plan.frames) for size in plan.sizes]
     batch_seconds = time_buckets(path, plan.capacity_size, max(3, plan.frames // 10))
     result["batch_ms"] = {str(bucket): round(value * 1000.0, 3) for bucket, value in batch_seconds.items()}
+    result["batch_seconds"] = {str(bucket): value for bucket, value in batch_seconds.items()}  # replay input
     streams, capacity = max_streams_held(batch_seconds)
     result["streams_held"] = streams
     result["capacity"] = asdict(capacity) if capacity is not None else None

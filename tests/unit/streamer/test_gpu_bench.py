@@ -11,6 +11,7 @@ from gpu_ops.colorspace import i420_to_rgb, rgb_to_i420
 from models.errors import GpuUnavailableError
 from streamer.compute_backend import choose_backend
 from streamer.gpu_bench import FramePath, grid_triangles, synthetic_i420, time_buckets
+from streamer.stream_capacity import max_streams_held
 
 
 def test_quick_gpu_bench_writes_results(tmp_path: Path) -> None:
@@ -25,8 +26,13 @@ def test_quick_gpu_bench_writes_results(tmp_path: Path) -> None:
     ]  # fmt: skip
     assert inswapper["gflops_per_face"] > 0 and inswapper["parameters_m"] > 0
     assert set(inswapper["batch_ms"]) == {"1", "2", "4", "8", "16"}
-    for workload in report["workloads"]:
-        assert workload["streams_held"] >= 1
+    for workload in report["workloads"]:  # the stream count is the replay of the measured batch times
+        batch_seconds = {int(bucket): value for bucket, value in workload["batch_seconds"].items()}
+        streams, capacity = max_streams_held(batch_seconds)
+        assert workload["streams_held"] == streams
+        assert (workload["capacity"] is None) == (capacity is None)
+        if capacity is not None:
+            assert workload["capacity"]["p95_latency_ms"] < 33.0
         for size in workload["sizes"]:
             assert size["fps"] == pytest.approx(1000.0 / size["latency_ms"], rel=0.01)
     rows = (tmp_path / "gpu_bench.md").read_text().splitlines()
