@@ -57,6 +57,7 @@ class ProgressBar:
     """Plain-text progress on a stream (stderr): redrawn in place on a terminal, else an occasional line.
 
     :param interval_s: least time between redraws; default 0.5 s on a terminal, 5 s otherwise
+    :param unit: what is counted ("MB" shows bytes in megabytes; "frames" counts items as they are)
     """
 
     def __init__(
@@ -66,8 +67,11 @@ class ProgressBar:
         *,
         interval_s: float | None = None,
         clock: Callable[[], float] = time.monotonic,
+        unit: str = "MB",
     ) -> None:
         self.label = label
+        self.unit = unit
+        self._scale = 1e6 if unit == "MB" else 1.0
         self._stream = stream if stream is not None else sys.stderr
         self._is_terminal = self._stream.isatty()
         self._interval_s = interval_s if interval_s is not None else (0.5 if self._is_terminal else 5.0)
@@ -93,12 +97,14 @@ class ProgressBar:
 
     def _draw(self, done: int, total: int | None, now: float, end: str) -> None:
         elapsed = max(now - self._started_at, 1e-6)
-        rate = (done - self._started_bytes) / elapsed / 1e6
+        rate = (done - self._started_bytes) / elapsed / self._scale
+        digits = 1 if self._scale > 1 else 0
+        shown = f"{done / self._scale:.{digits}f}"
         if total:
-            text = f"{self.label}: {100.0 * done / total:5.1f}% {done / 1e6:.1f}/{total / 1e6:.1f} MB"
+            text = f"{self.label}: {100.0 * done / total:5.1f}% {shown}/{total / self._scale:.{digits}f} {self.unit}"
         else:
-            text = f"{self.label}: {done / 1e6:.1f} MB"
-        self._stream.write(f"{text} {rate:.1f} MB/s{end}")
+            text = f"{self.label}: {shown} {self.unit}"
+        self._stream.write(f"{text} {rate:.1f} {self.unit}/s{end}")
         self._stream.flush()
 
 

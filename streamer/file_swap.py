@@ -6,7 +6,6 @@ so what a user previews here is what the daemon does. The target's audio is copi
 
 import argparse
 import logging
-import sys
 import time
 from fractions import Fraction
 from pathlib import Path
@@ -16,6 +15,7 @@ import cv2
 import numpy as np
 
 from gpu_ops.errors import InvalidInputError
+from models.downloader import ProgressBar
 from models.model_files import resolve_models_dir
 from streamer.face import Frame
 from streamer.frame_pipeline import (
@@ -82,39 +82,6 @@ def write_image(path: Path, image: Frame) -> None:
     path.write_bytes(data.tobytes())
 
 
-class ProgressBar:
-    """A plain-text bar on stderr, redrawn at most 10 times a second."""
-
-    def __init__(self, total: int | None, label: str) -> None:
-        self.total = total if total and total > 0 else None
-        self.label = label
-        self.done = 0
-        self._last_draw = 0.0
-        self._started = time.monotonic()
-
-    def advance(self, count: int = 1) -> None:
-        self.done += count
-        now = time.monotonic()
-        if now - self._last_draw >= 0.1:
-            self._last_draw = now
-            self._draw()
-
-    def finish(self) -> None:
-        self._draw()
-        sys.stderr.write("\n")
-
-    def _draw(self) -> None:
-        elapsed = max(time.monotonic() - self._started, 1e-6)
-        rate = self.done / elapsed
-        if self.total:
-            fraction = min(self.done / self.total, 1.0)
-            bar = "#" * int(fraction * 30)
-            sys.stderr.write(f"\r{self.label} [{bar:<30}] {self.done}/{self.total} {rate:.1f} fps")
-        else:
-            sys.stderr.write(f"\r{self.label} {self.done} frames {rate:.1f} fps")
-        sys.stderr.flush()
-
-
 def swap_image(
     pipeline: FramePipeline,
     source: SourceIdentity,
@@ -164,11 +131,15 @@ def swap_video(
         rate = video_in.average_rate or Fraction(30, 1)
         frames = 0
         partial = output.with_name(output.stem + ".partial" + output.suffix)
-        progress = ProgressBar(video_in.frames, f"swap {target.name}")
+        progress = ProgressBar(f"swap {target.name}", unit="frames")
+        total_frames = video_in.frames or None
         try:
             with av.open(str(partial), "w", format=_container_format(output)) as container_out:
                 video_out = container_out.add_stream(codec, rate=rate)
                 video_out.pix_fmt = "yuv420p"
+                # the header (and so every codec) is written at the first mux: size must be known now
+                video_out.width = video_in.codec_context.width // 2 * 2
+                video_out.height = video_in.codec_context.height // 2 * 2
                 if codec == "libx264":
                     video_out.options = {"crf": "18", "preset": "veryfast"}
                 audio_out = container_out.add_stream_from_template(audio_in) if audio_in is not None else None
@@ -188,17 +159,15 @@ def swap_video(
                     for video_frame in decoded:
                         frames += 1
                         swapped = _swap_frame(pipeline, stream, source, settings, video_frame)
-                        if frames == 1:
-                            video_out.width, video_out.height = swapped.shape[1], swapped.shape[0]
                         out_frame = av.VideoFrame.from_ndarray(swapped, format="rgb24")
                         out_frame.pts = video_frame.pts
                         out_frame.time_base = video_frame.time_base
                         container_out.mux(video_out.encode(out_frame))
-                        progress.advance()
+                        progress.update(frames, total_frames)
                 if frames == 0:
                     raise InvalidInputError(f"{target}: the video has no decodable frames")
                 container_out.mux(video_out.encode(None))
-            progress.finish()
+            progress.finish(frames, total_frames)
             partial.replace(output)
         finally:
             partial.unlink(missing_ok=True)

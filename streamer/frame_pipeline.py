@@ -8,17 +8,17 @@ command and the benchmarks all call `process_batch`. Per-stream state (face trac
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal, get_args
 
 import numpy as np
-from models.embedder import Embedder, identity_distance
-from models.landmarks import Landmarker
 from numpy.typing import NDArray
 
 from models.detector import Detector
+from models.embedder import Embedder, identity_distance
 from models.inference import ExecutionProvider, InferenceConfig
+from models.landmarks import Landmarker
 from models.model_files import ModelStore
 from streamer.face import Frame, TrackedFace
 from streamer.face_selector import select_faces
@@ -80,7 +80,6 @@ class SourceIdentity:
     """A source photo analysed for every loaded engine, so switching engines costs nothing per frame."""
 
     per_engine: dict[str, SourceFace]
-    reference_embedding: Embedding | None = field(default=None, compare=False)
 
 
 @dataclass
@@ -198,26 +197,56 @@ class FramePipeline:
         return StreamState(tracker=tracker, reference_embedding=reference_embedding)
 
     def process_batch(self, jobs: Sequence[FrameJob]) -> list[Frame]:
-        """Swap every job's frame; a job without source or with swap off comes back as it went."""
-        return [self.process(job) for job in jobs]
+        """Swap every job's frame; a job without source or with swap off comes back as it went.
+
+        Faces are tracked per stream, then every engine runs once over all of its jobs' faces
+        (`swap_batch` when the engine has it), so N streams cost one swapper call, not N.
+        """
+        outputs: list[Frame] = [job.frame for job in jobs]
+        pending: dict[str, list[tuple[int, list[TrackedFace]]]] = {}
+        started = time.perf_counter()
+        for index, job in enumerate(jobs):
+            job.stream.frames += 1
+            if job.source is None or not job.settings.swap_enabled:
+                continue
+            faces = self._select(job.frame, job.stream.tracker.track(job.frame), job)
+            if faces:
+                pending.setdefault(self.engine_for(job.settings).name, []).append((index, faces))
+        tracked = time.perf_counter()
+        for engine_name, items in pending.items():
+            engine = self.engines[engine_name]
+            batch = [
+                (
+                    jobs[index].frame,
+                    faces,
+                    self._source_for(jobs[index], engine_name),
+                    self._options(jobs[index]),
+                )
+                for index, faces in items
+            ]
+            swap_batch = getattr(engine, "swap_batch", None)
+            swapped = swap_batch(batch) if swap_batch else [engine.swap(*item) for item in batch]
+            for (index, _), frame in zip(items, swapped):
+                outputs[index] = frame
+        finished = time.perf_counter()
+        if pending or any(job.source is not None and job.settings.swap_enabled for job in jobs):
+            self.timer.record("track", tracked - started)
+            self.timer.record("swap", finished - tracked)
+            self.timer.record("total", finished - started)
+        return outputs
 
     def process(self, job: FrameJob) -> Frame:
-        job.stream.frames += 1
-        if job.source is None or not job.settings.swap_enabled:
-            return job.frame
-        started = time.perf_counter()
-        faces = job.stream.tracker.track(job.frame)
-        tracked = time.perf_counter()
-        faces = self._select(job.frame, faces, job)
-        engine = self.engine_for(job.settings)
-        source = job.source.per_engine[engine.name]
-        options = SwapOptions(mouth_mask=job.settings.mouth_mask, enhance=job.settings.enhancer)
-        output = engine.swap(job.frame, faces, source, options) if faces else job.frame
-        finished = time.perf_counter()
-        self.timer.record("track", tracked - started)
-        self.timer.record("swap", finished - tracked)
-        self.timer.record("total", finished - started)
-        return output
+        """One frame of one stream (the file and camera front ends)."""
+        return self.process_batch([job])[0]
+
+    @staticmethod
+    def _source_for(job: FrameJob, engine_name: str) -> SourceFace:
+        assert job.source is not None
+        return job.source.per_engine[engine_name]
+
+    @staticmethod
+    def _options(job: FrameJob) -> SwapOptions:
+        return SwapOptions(mouth_mask=job.settings.mouth_mask, enhance=job.settings.enhancer)
 
     def _select(self, frame: Frame, faces: list[TrackedFace], job: FrameJob) -> list[TrackedFace]:
         mode = job.settings.face_selector
