@@ -122,6 +122,7 @@ def start_chromium(profile_dir: Path, camera_y4m: Path, *, camera_allowed: bool 
         f"--user-data-dir={profile_dir}", "--window-size=1400,900",
     ):  # fmt: skip
         options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # console output, for script errors
     driver = webdriver.Chrome(options=options, service=Service(executable_path=str(driver_path)))
     driver.set_script_timeout(20)
     return driver

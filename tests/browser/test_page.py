@@ -98,6 +98,15 @@ def _levels(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.mean(np.abs(a - b)))
 
 
+def _script_errors(browser: WebDriver) -> list[str]:
+    """Uncaught exceptions and console.error lines since the last call (the log is drained on read)."""
+    return [
+        entry["message"]
+        for entry in browser.get_log("browser")
+        if entry["level"] == "SEVERE" and entry.get("source") in ("javascript", "console-api")
+    ]
+
+
 def _frames_decoded(browser: WebDriver) -> int:
     return int(browser.execute_script("return window.livefuse.stats.framesDecoded || 0;"))
 
@@ -134,6 +143,7 @@ def test_call_swaps_the_face_and_shows_latency(
     browser: WebDriver, daemon_url: str, media_dir: Path, tmp_path: Path
 ) -> None:
     browser.get(f"{daemon_url}/")
+    _script_errors(browser)  # drain what earlier tests left
     browser.find_element(By.ID, "start-button").click()
 
     def decoding() -> bool:
@@ -194,6 +204,7 @@ def test_call_swaps_the_face_and_shows_latency(
     )
     assert int(server_frames.group(2)) > 0
     assert _page_error(browser) is None
+    assert _script_errors(browser) == []
 
     browser.find_element(By.ID, "stop-button").click()
     _poll(

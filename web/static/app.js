@@ -1,12 +1,12 @@
 // livefuse page: camera -> stamped canvas -> WebRTC -> daemon (face swap) -> swapped video back,
 // with a source-photo upload, live settings and stats. Standard APIs only (current Chrome and Firefox).
 import { apiFetch } from './api.js';
-import { LatencyWindow, StampReader, stampAge, stampNow, writeStamp } from './stamp.js';
+import { LatencyWindow, StampReader, startLatencyReadout, startStamping } from './stamp.js';
+import { formatNumber as fmt, formatProcessing, summariseRtp, videoRtpReports } from './stats.js';
 
 const CAPTURE_FPS = 30;
 const ICE_GATHERING_TIMEOUT_MS = 5000;
 const STATS_INTERVAL_MS = 1000;
-const MAX_PLAUSIBLE_LATENCY_MS = 10000; // older readings are a misread or a frozen stream
 const SETTING_NAMES = ['engine', 'face_selector', 'enhancer', 'swap_enabled', 'mouth_mask'];
 
 const $ = (id) => document.getElementById(id);
@@ -75,56 +75,6 @@ function cameraErrorMessage(error) {
     default:
       return `Cannot open the camera: ${error.message || error.name}`;
   }
-}
-
-// ---- frame loops ---------------------------------------------------------------------------------
-
-/** Calls `onFrame` once per new video frame (requestVideoFrameCallback), else once per display frame. */
-function everyVideoFrame(video, onFrame) {
-  let stopped = false;
-  const hasFrameCallback = 'requestVideoFrameCallback' in HTMLVideoElement.prototype;
-  const schedule = () => {
-    if (stopped) return;
-    if (hasFrameCallback) {
-      video.requestVideoFrameCallback(tick);
-    } else {
-      requestAnimationFrame(tick);
-    }
-  };
-  const tick = () => {
-    if (stopped) return;
-    onFrame();
-    schedule();
-  };
-  schedule();
-  return () => {
-    stopped = true;
-  };
-}
-
-/** Draws each camera frame into the send canvas and stamps it with the current clock. */
-function startStamping(video, canvas) {
-  canvas.width = video.videoWidth;
-  canvas.height = video.videoHeight;
-  const context = canvas.getContext('2d');
-  return everyVideoFrame(video, () => {
-    context.drawImage(video, 0, 0, canvas.width, canvas.height);
-    writeStamp(context, stampNow());
-  });
-}
-
-/** Reads the stamp of each received frame; one latency sample per distinct stamp. */
-function startLatencyReadout(video, sentWidth, sentHeight) {
-  let lastStamp = null;
-  return everyVideoFrame(video, () => {
-    const stamp = stampReader.read(video, sentWidth, sentHeight);
-    if (stamp === null || stamp === lastStamp) return;
-    lastStamp = stamp;
-    const age = stampAge(stamp);
-    if (age < MAX_PLAUSIBLE_LATENCY_MS) {
-      latency.add(age);
-    }
-  });
 }
 
 // ---- WebRTC --------------------------------------------------------------------------------------
@@ -204,7 +154,7 @@ async function startCall() {
     preferVp8(transceiver);
     pc.addEventListener('track', (event) => {
       ui.remoteVideo.srcObject = event.streams[0] ?? new MediaStream([event.track]);
-      current.stoppers.push(startLatencyReadout(ui.remoteVideo, sentWidth, sentHeight));
+      current.stoppers.push(startLatencyReadout(ui.remoteVideo, stampReader, latency, sentWidth, sentHeight));
     });
     pc.addEventListener('connectionstatechange', () => {
       if (call !== current) return;
@@ -259,53 +209,20 @@ async function stopCall() {
 
 // ---- stats ---------------------------------------------------------------------------------------
 
-function perSecond(now, before, key) {
-  if (!before || now[key] === undefined || before[key] === undefined) return null;
-  const seconds = (now.timestamp - before.timestamp) / 1000;
-  return seconds > 0 ? (now[key] - before[key]) / seconds : null;
-}
-
-const fmt = (value, digits = 0, unit = '') => (value === null || value === undefined ? '–' : `${value.toFixed(digits)}${unit}`);
-
 async function refreshStats(current) {
   if (!current.pc) return;
-  let inbound = null;
-  let outbound = null;
-  (await current.pc.getStats()).forEach((report) => {
-    if (report.kind !== 'video' && report.mediaType !== 'video') return;
-    if (report.type === 'inbound-rtp') inbound = report;
-    if (report.type === 'outbound-rtp') outbound = report;
-  });
-  const { previous } = current;
-  const fpsSent = outbound?.framesPerSecond ?? perSecond(outbound ?? {}, previous.outbound, 'framesEncoded');
-  const fpsReceived = inbound?.framesPerSecond ?? perSecond(inbound ?? {}, previous.inbound, 'framesDecoded');
-  const bitsIn = perSecond(inbound ?? {}, previous.inbound, 'bytesReceived');
-  const bitsOut = perSecond(outbound ?? {}, previous.outbound, 'bytesSent');
-  let jitterMs = null;
-  if (inbound && previous.inbound && inbound.jitterBufferEmittedCount > previous.inbound.jitterBufferEmittedCount) {
-    const delay = inbound.jitterBufferDelay - previous.inbound.jitterBufferDelay;
-    jitterMs = (1000 * delay) / (inbound.jitterBufferEmittedCount - previous.inbound.jitterBufferEmittedCount);
-  }
-  current.previous = { inbound, outbound };
+  const snapshot = videoRtpReports(await current.pc.getStats());
+  const rtp = summariseRtp(snapshot, current.previous);
+  current.previous = snapshot;
   const p50 = latency.percentile(0.5);
   const p95 = latency.percentile(0.95);
-  window.livefuse.stats = {
-    fpsSent, fpsReceived, framesDecoded: inbound?.framesDecoded ?? 0, jitterMs, latencyP50: p50, latencyP95: p95,
-  };
+  window.livefuse.stats = { ...rtp, latencyP50: p50, latencyP95: p95 };
   setStat('stat-latency', p50 === null ? '–' : `${fmt(p50)} / ${fmt(p95)} ms`);
-  setStat('stat-fps', `${fmt(fpsSent, 1)} / ${fmt(fpsReceived, 1)}`);
-  setStat('stat-frames-decoded', String(inbound?.framesDecoded ?? 0));
-  setStat('stat-bitrate', `${fmt(bitsIn && (bitsIn * 8) / 1000)} / ${fmt(bitsOut && (bitsOut * 8) / 1000)} kbit/s`);
-  setStat('stat-jitter', fmt(jitterMs, 1, ' ms'));
+  setStat('stat-fps', `${fmt(rtp.fpsSent, 1)} / ${fmt(rtp.fpsReceived, 1)}`);
+  setStat('stat-frames-decoded', String(rtp.framesDecoded));
+  setStat('stat-bitrate', `${fmt(rtp.kbitsIn)} / ${fmt(rtp.kbitsOut)} kbit/s`);
+  setStat('stat-jitter', fmt(rtp.jitterMs, 1, ' ms'));
   await refreshServerStats(current);
-}
-
-function formatProcessing(value) {
-  if (typeof value === 'number') return fmt(value, 1, ' ms');
-  if (value && typeof value === 'object') {
-    return Object.entries(value).map(([key, ms]) => `${key} ${fmt(ms, 1)}`).join(', ') + ' ms';
-  }
-  return '–';
 }
 
 async function refreshServerStats(current) {

@@ -106,3 +106,58 @@ export class LatencyWindow {
     return sorted[index];
   }
 }
+
+// ---- frame loops ---------------------------------------------------------------------------------
+
+const MAX_PLAUSIBLE_LATENCY_MS = 10000; // older readings are a misread or a frozen stream
+
+/**
+ * Calls `onFrame` once per new video frame (requestVideoFrameCallback), else once per display frame
+ * (requestAnimationFrame). Returns a function that stops the loop.
+ */
+export function everyVideoFrame(video, onFrame) {
+  let stopped = false;
+  const hasFrameCallback = 'requestVideoFrameCallback' in HTMLVideoElement.prototype;
+  const schedule = () => {
+    if (stopped) return;
+    if (hasFrameCallback) {
+      video.requestVideoFrameCallback(tick);
+    } else {
+      requestAnimationFrame(tick);
+    }
+  };
+  const tick = () => {
+    if (stopped) return;
+    onFrame();
+    schedule();
+  };
+  schedule();
+  return () => {
+    stopped = true;
+  };
+}
+
+/** Draws each camera frame into `canvas` (sized to the camera) and stamps it with the stamp clock. */
+export function startStamping(video, canvas) {
+  canvas.width = video.videoWidth;
+  canvas.height = video.videoHeight;
+  const context = canvas.getContext('2d');
+  return everyVideoFrame(video, () => {
+    context.drawImage(video, 0, 0, canvas.width, canvas.height);
+    writeStamp(context, stampNow());
+  });
+}
+
+/** Reads the stamp of each received frame into `latencyWindow`: one sample per distinct stamp. */
+export function startLatencyReadout(video, reader, latencyWindow, sentWidth, sentHeight) {
+  let lastStamp = null;
+  return everyVideoFrame(video, () => {
+    const stamp = reader.read(video, sentWidth, sentHeight);
+    if (stamp === null || stamp === lastStamp) return;
+    lastStamp = stamp;
+    const age = stampAge(stamp);
+    if (age < MAX_PLAUSIBLE_LATENCY_MS) {
+      latencyWindow.add(age);
+    }
+  });
+}
