@@ -18,7 +18,7 @@ from numpy.typing import NDArray
 
 from gpu_ops.color_transfer import match_shading, transfer_lab_statistics
 from gpu_ops.errors import InvalidInputError
-from gpu_ops.masks import blend
+from gpu_ops.masks import blend, fill_polygons_cpu
 from gpu_ops.mesh_warp import apply_remap, build_remap
 from models import face_mesh_topology as topology
 from models.detector import Detector
@@ -97,12 +97,20 @@ class MeshEngine:
         x1, y1, x2, y2 = box
         if x2 - x1 < 2 or y2 - y1 < 2:
             return box
-        dst_triangles = mesh[topology.ALL_TRIANGLES, :2] - np.array([x1, y1], np.float32)
+        origin = np.array([x1, y1], np.float32)
+        dst_triangles = mesh[topology.ALL_TRIANGLES, :2] - origin
         field_ = build_remap(dst_triangles, source.src_triangles, (x2 - x1, y2 - y1))
         texture = source.texture_features_cut if options.mouth_mask else source.texture
         warped = apply_remap(texture, field_)
         patch = np.ascontiguousarray(warped[..., :3])
         alpha = warped[..., 3].astype(np.float32) * np.float32(1.0 / 255.0)
+        if options.mouth_mask:
+            # the soft cut travels with the texture; this hard zero covers target pixels inside the
+            # inner-lip outline that the mesh gives to a curled lip triangle (mouth corners)
+            inner_mouth = fill_polygons_cpu(
+                (x2 - x1, y2 - y1), [mesh[list(topology.LIPS_INNER), :2] - origin]
+            )
+            alpha[inner_mouth > 0] = 0.0
         lips_weight = self.lips_weight(mesh, source)
         if lips_weight > 0.0:
             lips = apply_remap(source.lips_mask, field_).astype(np.float32) * np.float32(1.0 / 255.0)

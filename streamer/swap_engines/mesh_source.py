@@ -27,8 +27,8 @@ from streamer.swap_engines.base import NoFaceError
 logger = logging.getLogger(__name__)
 
 Points = NDArray[np.float32]
-# a cut (eyes, mouth) reaches this far past its outline in the texture, so the bilinear sample of a
-# target pixel inside the target's eye or mouth never picks up alpha from outside the cut
+# the inner-mouth cut reaches this far past its outline in the texture, so the bilinear sample of a
+# target pixel inside the target's inner mouth never picks up alpha from outside the cut
 MIN_CUT_MARGIN_PX = 2.5  # 1 px of bilinear reach + 1 px of outline rasterisation, with room
 
 
@@ -46,7 +46,8 @@ class MeshSourceConfig:
     forehead_drop: float = 0.25  # of the distance brow line -> top of the outline
     edge_feather: float = 0.025
     forehead_feather: float = 0.14
-    eye_margin: float = 0.004  # target eyes kept: cut this far around the lids, then feathered
+    # target eyes kept: the eye opening fades to the target's over this width inwards from the lid line,
+    # so the gaze (iris, white) is the target's and the lids and lashes stay the source's
     eye_feather: float = 0.015
     max_source_yaw_degrees: float = 30.0  # beyond, the nose hides its far side: no fill looks right
     # below this turn the far cheek is only foreshortened; mirroring there would paste the near side's
@@ -169,8 +170,7 @@ def build_masks(
         size,
         hole(topology.RIGHT_EYE, topology.RIGHT_EYE_HOLE) + hole(topology.LEFT_EYE, topology.LEFT_EYE_HOLE),
     )
-    eye_margin = max(config.eye_margin * face_height, MIN_CUT_MARGIN_PX)
-    eye_cut = feather_outside_cpu(eyes, eye_margin, config.eye_feather * face_height)
+    eye_cut = feather_inside_cpu(eyes, config.eye_feather * face_height)
     inner_mouth = fill_polygons_cpu(size, hole(topology.LIPS_INNER, topology.INNER_MOUTH_HOLE))
     mouth_cut = feather_outside_cpu(
         inner_mouth, max(0.008 * face_height, MIN_CUT_MARGIN_PX), 0.02 * face_height
