@@ -53,20 +53,20 @@ class MeshEngine:
     name: EngineName = "mesh"
 
     def __init__(self, detector: Detector, landmarker: Landmarker, config: MeshConfig | None = None) -> None:
-        self._detector = detector
-        self._landmarker = landmarker
+        self.detector = detector
+        self.landmarker = landmarker
         self.config = config or MeshConfig()
         if self.config.shading not in SHADING_METHODS:
             raise InvalidInputError(f"unknown shading {self.config.shading!r}; choose from {SHADING_METHODS}")
 
     def source_mesh(self, image: Frame) -> NDArray[np.float32]:
         """The 468-point mesh of the largest face in a photo; NoFaceError when there is none."""
-        detections = self._detector.detect(image)
+        detections = self.detector.detect(image)
         if len(detections) == 0:
             raise NoFaceError("no face found in the source image")
         boxes = detections.boxes
         largest = int(np.argmax((boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])))
-        landmarks = self._landmarker.detect(
+        landmarks = self.landmarker.detect(
             image, detections.landmarks_5[largest : largest + 1], boxes[largest : largest + 1]
         )
         if len(landmarks) == 0 or float(landmarks.presence[0]) < MIN_FACE_PRESENCE:

@@ -43,8 +43,8 @@ def load(media_dir: Path, name: str, height: int = 480) -> Frame:
 
 
 def faces_of(engine: MeshEngine, image: Frame) -> list[TrackedFace]:
-    detections = engine._detector.detect(image)
-    landmarks = engine._landmarker.detect(image, detections.landmarks_5, detections.boxes)
+    detections = engine.detector.detect(image)
+    landmarks = engine.landmarker.detect(image, detections.landmarks_5, detections.boxes)
     return [
         TrackedFace(
             i,
@@ -126,7 +126,7 @@ def test_target_side_light_is_taken_over(engine: MeshEngine, media_dir: Path) ->
     source_image = load(media_dir, "fr_obama.jpg")
     ratios = {}
     for shading in ("lab", "low_frequency"):
-        configured = MeshEngine(engine._detector, engine._landmarker, MeshConfig(shading=shading))
+        configured = MeshEngine(engine.detector, engine.landmarker, MeshConfig(shading=shading))
         swapped = configured.swap(target, [face], configured.prepare_source(source_image), SwapOptions())
         ratios[shading] = cheek_brightness_ratio(swapped, face.mesh)
     print(f"\ncheek brightness right/left: target {target_ratio:.2f}, shading {ratios}")
