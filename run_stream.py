@@ -9,7 +9,7 @@ import argparse
 import importlib
 import logging
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 # subcommand -> module whose `run(args) -> int` does the work (imported lazily: `models list` must not
 # pay for aiortc, and `swap` must not need a web stack)
@@ -103,12 +103,21 @@ def build_parser() -> argparse.ArgumentParser:
     fetch = models_sub.add_parser("fetch", help="download a model (resumes, verifies)")
     fetch.add_argument("names", nargs="+", help="model names")
     fetch.add_argument("--url", help="download from this URL instead of the registry's")
-    fetch.add_argument("--stall-timeout", type=float, help="seconds without data before giving up (default 30)")
-    pin = models_sub.add_parser("pin", help="record the sha256 of a copied-in model that has no registered hash")
+    fetch.add_argument(
+        "--stall-timeout", type=float, help="seconds without data before giving up (default 30)"
+    )
+    pin = models_sub.add_parser(
+        "pin", help="record the sha256 of a copied-in model that has no registered hash"
+    )
     pin.add_argument("names", nargs="+", help="model names")
     models_dir_help = "directory with model files (else $LIVEFUSE_MODELS, else cache)"
     models.add_argument("--models-dir", help=models_dir_help)
-    for p in (models_list, verify, fetch, pin):  # SUPPRESS: an absent flag must not clobber `models --models-dir`
+    for p in (
+        models_list,
+        verify,
+        fetch,
+        pin,
+    ):  # SUPPRESS: an absent flag must not clobber `models --models-dir`
         p.add_argument("--models-dir", default=argparse.SUPPRESS, help=models_dir_help)
 
     bench = sub.add_parser("bench", help="measure per-stage timings and latency")

@@ -17,9 +17,9 @@ from numpy.typing import NDArray
 
 from models.detector import Detector
 from models.embedder import Embedder, identity_distance
-from models.inference import ExecutionProvider, InferenceConfig
 from models.landmarks import Landmarker
 from models.model_files import ModelStore
+from streamer.compute_backend import BackendRequest, ComputeBackend, choose_backend
 from streamer.face import Frame, TrackedFace
 from streamer.face_selector import select_faces
 from streamer.face_tracker import FaceTracker, analyse_image
@@ -51,7 +51,7 @@ Embedding = NDArray[np.float32]
 class PipelineConfig:
     """What to load. `engine` is the default for streams whose settings say "auto"."""
 
-    execution_provider: ExecutionProvider = "cpu"
+    execution_provider: BackendRequest = "auto"
     device_id: int = 0
     detector: str = "yunet_n"
     landmarker: str = "facemesh_468"
@@ -110,6 +110,7 @@ class FramePipeline:
         engines: dict[str, SwapEngine],
         reference_embedder: Embedder | None,
         providers: dict[str, str],
+        backend: ComputeBackend | None = None,
     ) -> None:
         self.config = config
         self.detector = detector
@@ -117,6 +118,7 @@ class FramePipeline:
         self.engines = engines
         self.reference_embedder = reference_embedder
         self.providers = providers
+        self.backend = backend
         self.default_engine: EngineName = _default_engine(config.engine, engines)
         self.timer = StageTimer()
 
@@ -124,11 +126,8 @@ class FramePipeline:
     def load(cls, models_dir: Path, config: PipelineConfig) -> "FramePipeline":
         """Verify and load every model the config needs (seconds); raise a LivefuseError naming the fix."""
         store = ModelStore(models_dir)
-        inference = InferenceConfig(
-            execution_provider=config.execution_provider,
-            device_id=config.device_id,
-            intra_op_threads=config.intra_op_threads,
-        )
+        backend = choose_backend(config.execution_provider, device_id=config.device_id)
+        inference = backend.inference_config(intra_op_threads=config.intra_op_threads)
         providers: dict[str, str] = {}
 
         def session(name: str):  # type: ignore[no-untyped-def]
@@ -152,7 +151,7 @@ class FramePipeline:
         reference_embedder = None
         if store.is_available(REFERENCE_EMBEDDER):
             reference_embedder = Embedder(session(REFERENCE_EMBEDDER), store.spec(REFERENCE_EMBEDDER))
-        pipeline = cls(config, detector, landmarker, engines, reference_embedder, providers)
+        pipeline = cls(config, detector, landmarker, engines, reference_embedder, providers, backend)
         logger.info(
             "pipeline ready: engines %s, default %s (%s), providers %s",
             sorted(engines),
@@ -271,6 +270,8 @@ class FramePipeline:
             "landmarker": self.config.landmarker,
             "execution_provider": self.config.execution_provider,
             "active_provider": ",".join(sorted(set(self.providers.values()))),
+            "backend": self.backend.array_backend if self.backend else "numpy",
+            "backend_reason": self.backend.reason if self.backend else "",
         }
 
 
