@@ -4,7 +4,7 @@ The daemon runs as a child process (DaemonProcess); web/peer_client.py sends a m
 requested size and 30 fps with a millisecond clock stamped into every frame and reads the stamp back
 from what returns, so latency = receive time - send time on one clock: encode, network, daemon
 (decode, newest-frame mailbox, swap, encode), network, decode. Two phases on one call: passthrough
-(no source) and swapping (source set, mesh engine unless --engine names another).
+(no source) and swapping (source set, mesh engine unless --engine names another; --enhancer adds GFPGAN).
 """
 
 import argparse
@@ -130,7 +130,12 @@ async def _measure_phase(client: PeerClient, name: str, seconds: float) -> Phase
 
 
 async def measure_live(
-    base_url: str, frames: list[Frame], source_image: bytes, source_type: str, engine: str, seconds: float
+    base_url: str,
+    frames: list[Frame],
+    source_image: bytes,
+    source_type: str,
+    settings: dict[str, Any],
+    seconds: float,
 ) -> list[PhaseResult]:
     """Passthrough then swapping, on one call to the daemon at `base_url`."""
     async with PeerClient(
@@ -138,9 +143,10 @@ async def measure_live(
     ) as client:
         await client.wait_for_frames(1, timeout=20.0)
         passthrough = await _measure_phase(client, "passthrough", seconds)
-        await client.patch_settings({"engine": engine})
+        await client.patch_settings(settings)
         await client.upload_source(source_image, source_type)
-        swapping = await _measure_phase(client, engine, seconds)
+        name = str(settings.get("engine", "swap")) + ("+enhancer" if settings.get("enhancer") else "")
+        swapping = await _measure_phase(client, name, seconds)
     return [passthrough, swapping]
 
 
@@ -148,7 +154,7 @@ def _serve_args(args: argparse.Namespace) -> tuple[str, ...]:
     """The bench's model flags, passed on to the daemon."""
     return (
         "--execution-provider", args.execution_provider, "--device-id", str(args.device_id),
-        "--detector", args.detector,
+        "--detector", args.detector, "--swapper-model", args.swapper_model,
     )  # fmt: skip
 
 
@@ -156,7 +162,9 @@ def run_live(args: argparse.Namespace) -> int:
     media = media_dir_from_args(args)
     models_dir = resolve_models_dir(args.models_dir)
     seconds = args.seconds if args.seconds is not None else DEFAULT_SECONDS
-    engine = args.engine if args.engine != "auto" else "mesh"
+    settings: dict[str, Any] = {"engine": args.engine if args.engine != "auto" else "mesh"}
+    if args.enhancer:
+        settings["enhancer"] = True
     frames = panning_face_frames(
         read_image_file(media / TARGET_PHOTO), args.width, args.height, MOTION_FRAMES
     )
@@ -168,7 +176,7 @@ def run_live(args: argparse.Namespace) -> int:
         DaemonProcess(models_dir, Path(scratch) / "daemon.log", extra_args=_serve_args(args)) as daemon,
     ):
         phases = asyncio.run(
-            measure_live(daemon.url, frames, source_path.read_bytes(), source_type, engine, seconds)
+            measure_live(daemon.url, frames, source_path.read_bytes(), source_type, settings, seconds)
         )
 
     size = f"{args.width}x{args.height}"
