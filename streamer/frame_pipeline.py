@@ -169,8 +169,23 @@ class FramePipeline:
         return engine
 
     def prepare_source(self, image: Frame, settings: SwapSettings | None = None) -> SourceIdentity:
-        """Analyse a source photo for every loaded engine; NoFaceError when it has no face."""
-        per_engine = {name: engine.prepare_source(image) for name, engine in self.engines.items()}
+        """Analyse a source photo for every loaded engine, so switching engines later costs nothing.
+
+        An engine may refuse a photo another accepts (mesh refuses heads turned past 30 degrees); only
+        the refusal of the engine these settings use, or of all engines, is an error (NoFaceError).
+        """
+        wanted = self.engine_for(settings or SwapSettings()).name
+        per_engine: dict[str, SourceFace] = {}
+        refusals: dict[str, NoFaceError] = {}
+        for name, engine in self.engines.items():
+            try:
+                per_engine[name] = engine.prepare_source(image)
+            except NoFaceError as refusal:
+                refusals[name] = refusal
+        if wanted in refusals:
+            raise refusals[wanted]
+        for name, refusal in refusals.items():
+            logger.info("source not usable with the %s engine: %s", name, refusal)
         return SourceIdentity(per_engine)
 
     def reference_embedding(self, image: Frame) -> Embedding:
@@ -208,9 +223,12 @@ class FramePipeline:
             job.stream.frames += 1
             if job.source is None or not job.settings.swap_enabled:
                 continue
+            engine_name = self.engine_for(job.settings).name
+            if engine_name not in job.source.per_engine:
+                continue  # this source was refused by this engine (logged when it was prepared)
             faces = self._select(job.frame, job.stream.tracker.track(job.frame), job)
             if faces:
-                pending.setdefault(self.engine_for(job.settings).name, []).append((index, faces))
+                pending.setdefault(engine_name, []).append((index, faces))
         tracked = time.perf_counter()
         for engine_name, items in pending.items():
             engine = self.engines[engine_name]
