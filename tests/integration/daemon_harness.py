@@ -42,15 +42,15 @@ async def running_daemon(
 
 
 def camera_frame(media_dir: Path, name: str = "fr_obama.jpg", size: tuple[int, int] = (640, 480)) -> Frame:
-    """A media photo scaled to `size` width and centre-cropped to its height (RGB)."""
+    """A media photo scaled to `size` width, its top `size` height kept (portraits keep the whole head,
+    clear of the stamp strip), RGB."""
     width, height = size
     image: np.ndarray = decoded_photo(media_dir, name)
     scaled_height = round(image.shape[0] * width / image.shape[1])
     image = cv2.resize(image, (width, scaled_height), interpolation=cv2.INTER_AREA)
     if scaled_height < height:
         image = cv2.copyMakeBorder(image, 0, height - scaled_height, 0, 0, cv2.BORDER_REPLICATE)
-    top = max(0, min((scaled_height - height) // 3, scaled_height - height))
-    return np.ascontiguousarray(image[top : top + height])
+    return np.ascontiguousarray(image[:height])
 
 
 def decoded_photo(media_dir: Path, name: str) -> Frame:
