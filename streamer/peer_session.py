@@ -83,6 +83,7 @@ class PeerSession:
         """Answer `offer` (after ICE gathering, so no trickle is needed); ValueError on a bad SDP."""
         if self._pc is not None or self._closed is not None:
             raise RuntimeError(f"session {self.session_id}: accept_offer() called twice or after close()")
+        started = time.perf_counter()
         self._lane.stream = await self._worker.call(self._binding.pipeline.new_stream)
         self._pc = pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
         pc.on("connectionstatechange", self._on_connection_state)
@@ -92,7 +93,13 @@ class PeerSession:
         await pc.setRemoteDescription(offer)
         await pc.setLocalDescription(await pc.createAnswer())
         self._worker.attach(self._lane)
-        logger.info("session %s: answered", self.session_id, extra={**self._extra, "event": "answered"})
+        elapsed_ms = round((time.perf_counter() - started) * 1000.0, 1)
+        logger.info(
+            "session %s: answered in %.0f ms",
+            self.session_id,
+            elapsed_ms,
+            extra={**self._extra, "event": "answered", "latency_ms": elapsed_ms},
+        )
         return pc.localDescription
 
     def _on_track(self, track: MediaStreamTrack) -> None:

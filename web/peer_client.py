@@ -129,6 +129,7 @@ class PeerClient:
         stamp_mode: StampMode = "counter",
         codec: str | None = None,
         keep_frames: int = 0,
+        audio: MediaStreamTrack | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         if isinstance(frame_source, np.ndarray):
@@ -136,6 +137,9 @@ class PeerClient:
             frame_source = lambda index: still
         self.track = StampedFrameTrack(frame_source, fps, stamp_mode)
         self._codec = codec
+        self._audio = audio
+        self.audio_frames_received = 0
+        self.answer_sdp: str | None = None
         self.received: list[ReceivedFrame] = []
         self.frames: deque[tuple[int | None, Frame]] = deque(maxlen=max(keep_frames, 1))
         self._keep_frames = keep_frames
@@ -143,6 +147,7 @@ class PeerClient:
         self._http: aiohttp.ClientSession | None = None
         self._pc: RTCPeerConnection | None = None
         self._reader: asyncio.Task[None] | None = None
+        self._audio_reader: asyncio.Task[None] | None = None
         self.session_id: str | None = None
 
     async def __aenter__(self) -> Self:
@@ -169,6 +174,8 @@ class PeerClient:
             codecs = RTCRtpSender.getCapabilities("video").codecs
             chosen = [c for c in codecs if c.mimeType.lower() == self._codec.lower()]
             transceiver.setCodecPreferences(chosen + [c for c in codecs if c.mimeType.lower() == "video/rtx"])
+        if self._audio is not None:
+            pc.addTransceiver(self._audio, direction="sendrecv")
         pc.on("track", self._on_track)
         await pc.setLocalDescription(await pc.createOffer())
         offer = {"sdp": pc.localDescription.sdp, "type": pc.localDescription.type}
@@ -177,11 +184,22 @@ class PeerClient:
             if response.status != 201:
                 raise ConnectionError(f"daemon refused the offer: {response.status} {body}")
         self.session_id = body["id"]
+        self.answer_sdp = body["sdp"]
         await pc.setRemoteDescription(RTCSessionDescription(sdp=body["sdp"], type=body["type"]))
 
     def _on_track(self, track: MediaStreamTrack) -> None:
         if track.kind == "video" and self._reader is None:
             self._reader = asyncio.create_task(self._read(track), name="peer-client-reader")
+        elif track.kind == "audio" and self._audio_reader is None:
+            self._audio_reader = asyncio.create_task(self._count_audio(track), name="peer-client-audio")
+
+    async def _count_audio(self, track: MediaStreamTrack) -> None:
+        while True:
+            try:
+                await track.recv()
+            except MediaStreamError:
+                return
+            self.audio_frames_received += 1
 
     async def _read(self, track: MediaStreamTrack) -> None:
         while True:
@@ -274,9 +292,10 @@ class PeerClient:
         if self._pc is not None:
             await self._pc.close()
             self._pc = None
-        if self._reader is not None:
-            self._reader.cancel()
-            await asyncio.gather(self._reader, return_exceptions=True)
+        readers = [task for task in (self._reader, self._audio_reader) if task is not None]
+        for task in readers:
+            task.cancel()
+        await asyncio.gather(*readers, return_exceptions=True)
         if self._http is not None:
             await self._http.close()
             self._http = None

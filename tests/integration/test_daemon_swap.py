@@ -4,6 +4,7 @@ import asyncio
 from pathlib import Path
 
 import numpy as np
+from aiortc.mediastreams import AudioStreamTrack
 
 from streamer.frame_stamp import STAMP_HEIGHT
 from tests.fakes_pipeline import FakePipeline, face_box, fake_binding, source_colour
@@ -107,3 +108,25 @@ async def test_pipeline_never_runs_on_the_event_loop(media_dir: Path) -> None:
         await client.upload_source((media_dir / "fr_biden2.jpg").read_bytes())
         await client.wait_for_frames(20, timeout=15)
     assert pipeline.calling_threads == {"livefuse-worker"}
+
+
+async def test_h264_call_with_audio_relayed_back(media_dir: Path) -> None:
+    audio = AudioStreamTrack()  # 20 ms frames of silence
+    frame = camera_frame(media_dir)
+    async with (
+        running_daemon(fake_binding()) as (url, _engine),
+        PeerClient(url, frame, codec="video/H264", audio=audio) as client,
+    ):
+        await client.wait_for_frames(20, timeout=15)
+        for _ in range(50):
+            if client.audio_frames_received >= 10:
+                break
+            await asyncio.sleep(0.1)
+        assert client.answer_sdp is not None
+        video_codecs = [line for line in client.answer_sdp.splitlines() if line.startswith("a=rtpmap")]
+        assert "H264" in next(
+            line for line in video_codecs if "opus" not in line.lower() and "PCM" not in line
+        )
+        assert client.audio_frames_received >= 10, "the call's audio did not come back"
+        result = client.result()
+        assert result.duplicates == 0 and result.out_of_order == 0 and result.unreadable == 0
