@@ -66,7 +66,7 @@ async def test_newest_frame_of_every_lane_goes_in_one_batch() -> None:
     assert lanes[0].mailbox.dropped == 2
     swapped = collectors[0].items[1][1]
     assert (swapped.pts, swapped.time_base) == (9000, fractions.Fraction(1, 90000))
-    x1, y1, x2, y2 = face_box(np.zeros((120, 160, 3)))
+    x1, y1, x2, y2 = face_box(np.zeros((120, 160, 3), np.uint8))
     rgb = swapped.to_ndarray(format="rgb24")
     assert abs(int(rgb[(y1 + y2) // 2, (x1 + x2) // 2, 0]) - 255) <= 3
     passthrough_item, passthrough_out = collectors[1].items[0]

@@ -67,12 +67,15 @@ def test_vp8_start_bitrate_follows_frame_size_until_remb() -> None:
     stock, tuned = Vp8Encoder(), TunedVp8Encoder()
     stock.encode(_frame(1280, 720))
     tuned.encode(_frame(1280, 720))
+    assert stock.codec is not None and tuned.codec is not None
     assert stock.codec.bit_rate == 500_000
     assert tuned.codec.bit_rate == bitrate_for_resolution(1280, 720) > 2_000_000
     tuned.target_bitrate = 10_000_000  # a REMB estimate from the receiver
     assert tuned.target_bitrate == MAX_BITRATE
     tuned.encode(_frame(640, 480, 1))
-    assert tuned.codec.bit_rate == MAX_BITRATE  # receiver's estimate wins over the size rule
+    assert (
+        tuned.codec is not None and tuned.codec.bit_rate == MAX_BITRATE
+    )  # receiver's estimate wins over the size rule
 
 
 def test_install_routes_the_sender_to_tuned_encoders() -> None:

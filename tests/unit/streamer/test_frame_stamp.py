@@ -30,7 +30,7 @@ def test_survives_codec_like_blur_and_chroma_subsampling() -> None:
     frame = _frame(1)
     write_stamp(frame, 0xA5A5_0F0F)
     yuv = cv2.cvtColor(cv2.GaussianBlur(frame, (5, 5), 1.5), cv2.COLOR_RGB2YUV_I420)
-    damaged = cv2.cvtColor(yuv, cv2.COLOR_YUV2RGB_I420)
+    damaged = np.asarray(cv2.cvtColor(yuv, cv2.COLOR_YUV2RGB_I420), dtype=np.uint8)
     assert read_stamp(damaged) == 0xA5A5_0F0F
 
 

@@ -35,7 +35,7 @@ async def test_late_older_frame_is_dropped_not_reordered() -> None:
 
 async def test_recv_waits_for_a_push_and_reports_sent() -> None:
     sent: list[int] = []
-    track = SwappedTrack(on_sent=lambda frame: sent.append(frame.pts))
+    track = SwappedTrack(on_sent=lambda frame: sent.append(int(frame.pts or 0)))
     waiter = asyncio.create_task(track.recv())
     await asyncio.sleep(0)
     assert not waiter.done()
