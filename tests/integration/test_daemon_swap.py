@@ -130,3 +130,21 @@ async def test_h264_call_with_audio_relayed_back(media_dir: Path) -> None:
         assert client.audio_frames_received >= 10, "the call's audio did not come back"
         result = client.result()
         assert result.duplicates == 0 and result.out_of_order == 0 and result.unreadable == 0
+
+
+async def test_closed_peer_connection_ends_its_session(media_dir: Path) -> None:
+    async with running_daemon(fake_binding()) as (url, engine):
+        client = PeerClient(url, camera_frame(media_dir))
+        await client.__aenter__()
+        try:
+            await client.wait_for_frames(5, timeout=15)
+            assert client._pc is not None and engine.registry is not None
+            await client._pc.close()  # the browser tab closed: DTLS goes away, no DELETE is sent
+            for _ in range(50):
+                if len(engine.registry) == 0:
+                    break
+                await asyncio.sleep(0.1)
+            assert len(engine.registry) == 0, "session outlived its peer connection"
+        finally:
+            client.session_id = None
+            await client.close()
