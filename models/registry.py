@@ -92,10 +92,9 @@ _SCRFD_OUTPUTS = tuple(
     for kind, width in (("score", 1), ("bbox", 4), ("kps", 10))
     for stride in (8, 16, 32)
 )
-_YUNET_ORIGIN = (
-    "https://raw.githubusercontent.com/ShiqiYu/libfacedetection.train/"
-    "0047ac24afb1a50a0c6105001c89d1b5b805dbf1/onnx/"
-)
+_LIBFACEDETECTION = "https://raw.githubusercontent.com/ShiqiYu/libfacedetection.train/"
+_YUNET_ORIGIN = _LIBFACEDETECTION + "0047ac24afb1a50a0c6105001c89d1b5b805dbf1/onnx/"
+_PFLD_ORIGIN = "https://raw.githubusercontent.com/cunjian/pytorch_face_landmark/"
 _FACEFUSION_ASSETS = "https://github.com/facefusion/facefusion-assets/releases/download/models-3.0.0/"
 
 _SPECS: tuple[ModelSpec, ...] = (
@@ -140,10 +139,7 @@ _SPECS: tuple[ModelSpec, ...] = (
         mean=(127.5, 127.5, 127.5),
         std=(128.0, 128.0, 128.0),
         decoder="scrfd",
-        urls=(
-            "https://raw.githubusercontent.com/ShiqiYu/libfacedetection.train/"
-            "204b0c9f687f2fd5c012988199a3cd47feb69a90/onnx/scrfd_500m_bnkps.onnx",
-        ),
+        urls=(_LIBFACEDETECTION + "204b0c9f687f2fd5c012988199a3cd47feb69a90/onnx/scrfd_500m_bnkps.onnx",),
         commercial_use=False,
     ),
     ModelSpec(
@@ -188,10 +184,7 @@ _SPECS: tuple[ModelSpec, ...] = (
         input_size=(112, 112),
         scale=1.0 / 255.0,
         decoder="pfld",
-        urls=(
-            "https://raw.githubusercontent.com/cunjian/pytorch_face_landmark/"
-            "6f34bf9f034aa2f521952f825e6ccc567deb42d6/onnx/pfld.onnx",
-        ),
+        urls=(_PFLD_ORIGIN + "6f34bf9f034aa2f521952f825e6ccc567deb42d6/onnx/pfld.onnx",),
         commercial_use=False,
     ),
     ModelSpec(

@@ -72,7 +72,7 @@ def moving_face_frames(photo: Frame, width: int, height: int, count: int) -> lis
         phase = 2 * np.pi * index / 90.0
         x = int(spare_x / 2 + spare_x / 2 * 0.8 * np.sin(phase))
         y = int(spare_y / 2 + spare_y / 2 * 0.5 * np.cos(phase))
-        frames.append(np.ascontiguousarray(scaled[y : y + height, x : x + width]))
+        frames.append(np.ascontiguousarray(scaled[y : y + height, x : x + width], dtype=np.uint8))
     return frames
 
 

@@ -9,6 +9,7 @@ import logging
 import time
 from fractions import Fraction
 from pathlib import Path
+from typing import cast
 
 import av
 import cv2
@@ -135,7 +136,7 @@ def swap_video(
         total_frames = video_in.frames or None
         try:
             with av.open(str(partial), "w", format=_container_format(output)) as container_out:
-                video_out = container_out.add_stream(codec, rate=rate)
+                video_out = cast(av.VideoStream, container_out.add_stream(codec, rate=rate))
                 video_out.pix_fmt = "yuv420p"
                 # the header (and so every codec) is written at the first mux: size must be known now
                 video_out.width = video_in.codec_context.width // 2 * 2
@@ -157,6 +158,8 @@ def swap_video(
                         logger.warning("skipping an undecodable video packet: %s", error)
                         continue
                     for video_frame in decoded:
+                        if not isinstance(video_frame, av.VideoFrame):
+                            continue
                         frames += 1
                         swapped = _swap_frame(pipeline, stream, source, settings, video_frame)
                         out_frame = av.VideoFrame.from_ndarray(swapped, format="rgb24")

@@ -184,8 +184,8 @@ class FramePipeline:
                 refusals[name] = refusal
         if wanted in refusals:
             raise refusals[wanted]
-        for name, refusal in refusals.items():
-            logger.info("source not usable with the %s engine: %s", name, refusal)
+        for name, reason in refusals.items():
+            logger.info("source not usable with the %s engine: %s", name, reason)
         return SourceIdentity(per_engine)
 
     def reference_embedding(self, image: Frame) -> Embedding:
@@ -217,7 +217,7 @@ class FramePipeline:
         (`swap_batch` when the engine has it), so N streams cost one swapper call, not N.
         """
         outputs: list[Frame] = [job.frame for job in jobs]
-        pending: dict[str, list[tuple[int, list[TrackedFace]]]] = {}
+        pending: dict[EngineName, list[tuple[int, list[TrackedFace]]]] = {}
         started = time.perf_counter()
         for index, job in enumerate(jobs):
             job.stream.frames += 1
@@ -257,7 +257,7 @@ class FramePipeline:
         return self.process_batch([job])[0]
 
     @staticmethod
-    def _source_for(job: FrameJob, engine_name: str) -> SourceFace:
+    def _source_for(job: FrameJob, engine_name: EngineName) -> SourceFace:
         assert job.source is not None
         return job.source.per_engine[engine_name]
 
