@@ -71,6 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         help="host address offered as ICE candidate (repeatable)",
     )
+    serve.add_argument(
+        "--source", help="face image set as the source of every WHIP stream (no REST call needed)"
+    )
     add_model_options(serve)
     add_swap_options(serve)
 

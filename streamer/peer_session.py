@@ -11,7 +11,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from aiortc import MediaStreamTrack, RTCConfiguration, RTCPeerConnection, RTCSessionDescription
+from aiortc import (
+    MediaStreamTrack,
+    RTCConfiguration,
+    RTCIceCandidate,
+    RTCPeerConnection,
+    RTCSessionDescription,
+)
 from aiortc.mediastreams import MediaStreamError
 from av import VideoFrame
 
@@ -20,6 +26,7 @@ from streamer.codec_tuning import prefer_codec
 from streamer.face import Frame
 from streamer.metrics import DaemonMetrics
 from streamer.pipeline_binding import PipelineBinding, Settings
+from streamer.session_outputs import SessionOutputs
 from streamer.swapped_track import SwappedTrack
 
 logger = logging.getLogger(__name__)
@@ -65,6 +72,8 @@ class PeerSession:
         self._loop = asyncio.get_running_loop()
         self._pc: RTCPeerConnection | None = None
         self._outbound = SwappedTrack(on_sent=self._on_sent)
+        self.outputs = SessionOutputs(session_id)  # WHEP viewers and the viewer page
+        self._sends_video = True
         self._lane = WorkerLane(session_id, None, binding.default_settings, self._deliver_from_worker)
         self._reader: asyncio.Task[None] | None = None
         self._closed: asyncio.Future[None] | None = None
@@ -89,9 +98,12 @@ class PeerSession:
         pc.on("connectionstatechange", self._on_connection_state)
         pc.on("track", self._on_track)
         # created before the offer is applied so it takes the offer's video m-line with our preferences
-        prefer_codec(pc.addTransceiver(self._outbound, direction="sendrecv"), "video/VP8")
+        video = pc.addTransceiver(self._outbound, direction="sendrecv")
+        prefer_codec(video, "video/VP8")
         await pc.setRemoteDescription(offer)
         await pc.setLocalDescription(await pc.createAnswer())
+        # a WHIP publisher only sends: nothing reads the outbound track then (its viewers get the video)
+        self._sends_video = "send" in (video.currentDirection or "")
         self._worker.attach(self._lane)
         elapsed_ms = round((time.perf_counter() - started) * 1000.0, 1)
         logger.info(
@@ -102,10 +114,15 @@ class PeerSession:
         )
         return pc.localDescription
 
+    async def add_ice_candidate(self, candidate: RTCIceCandidate | None) -> None:
+        """A trickled remote candidate (None: end of candidates); ignored before the offer or after close."""
+        if self._pc is not None and self._closed is None:
+            await self._pc.addIceCandidate(candidate)
+
     def _on_track(self, track: MediaStreamTrack) -> None:
         assert self._pc is not None
         if track.kind == "audio":
-            self._pc.addTrack(track)  # relay the call's sound back unchanged
+            self._pc.addTrack(self.outputs.attach_audio(track))  # the call's sound back, and to viewers
         elif track.kind == "video" and self._reader is None:
             self._reader = asyncio.create_task(self._read_video(track), name=f"reader-{self.session_id}")
 
@@ -169,7 +186,8 @@ class PeerSession:
     def _push_out(self, item: InboundFrame, output: VideoFrame) -> None:
         if self._closed is not None:
             return
-        if not self._outbound.push(output):
+        self.outputs.push_video(output)
+        if self._sends_video and not self._outbound.push(output):
             self._metrics.frames_dropped.inc(session_id=self.session_id)
         self._metrics.server_latency_seconds.observe(time.monotonic() - item.received_at)
 
@@ -212,6 +230,7 @@ class PeerSession:
             "settings": asdict(self._lane.settings),
             "has_source": self._lane.source is not None,
             "connection_state": self._pc.connectionState if self._pc else "new",
+            "viewers": self.outputs.viewer_count,
         }
 
     async def close(self) -> None:
@@ -225,6 +244,7 @@ class PeerSession:
                 self._reader.cancel()
                 await asyncio.gather(self._reader, return_exceptions=True)
             self._outbound.stop()
+            await self.outputs.close()
             if self._pc is not None:
                 try:
                     await asyncio.wait_for(self._pc.close(), CLOSE_TIMEOUT_S)

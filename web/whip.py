@@ -1,0 +1,201 @@
+"""WHIP ingest (RFC 9725): a publisher such as OBS 30+ POSTs an SDP offer to `/whip` and gets `201
+Created`, the answer and `Location: /whip/{id}`; DELETE on that location ends the stream, PATCH carries
+trickled ICE candidates.
+
+A WHIP stream is an ordinary session of the SessionRegistry (same worker, engine, limits, REST API under
+/api/sessions/{id}) whose peer only sends: the answer is recvonly, and the swapped video goes to the
+session's viewers (WHEP, the viewer page). When `serve --source FACE.jpg` was given, that face is set as
+the new session's source, so a publisher needs no REST call to be swapped.
+
+Trickle: PATCH `application/trickle-ice-sdpfrag` candidates are applied to the session's ICE agent
+(aioice uses remote candidates that arrive after the answer; `a=end-of-candidates` is passed on). The
+answer already carries all server candidates (aiortc gathers before answering), and a publisher whose
+offer has no candidates (OBS) is reached through the peer-reflexive candidates of its own checks.
+"""
+
+import asyncio
+import hashlib
+import logging
+from collections import deque
+from pathlib import Path
+
+from aiohttp import web
+from aiortc import RTCIceCandidate, RTCSessionDescription
+from aiortc.exceptions import InternalError, InvalidAccessError, InvalidStateError, OperationError
+from aiortc.sdp import candidate_from_sdp
+
+from gpu_ops.errors import InvalidInputError
+from streamer.face import Frame
+from streamer.image_input import decode_image
+from streamer.peer_session import PeerSession
+from streamer.session_registry import SessionLimitError, SessionRegistry
+from streamer.swap_engines.base import NoFaceError
+from web.app import CONFIG_KEY, ENGINE_KEY, DaemonEngine
+
+logger = logging.getLogger(__name__)
+
+SDP_CONTENT_TYPE = "application/sdp"
+TRICKLE_CONTENT_TYPE = "application/trickle-ice-sdpfrag"
+RETRY_AFTER_S = "5"
+LATEST_ALIAS = "latest"  # /view/latest, /whep/latest: the newest live WHIP stream
+WHIP_HISTORY = 64
+BAD_OFFER_ERRORS = (
+    ValueError,
+    KeyError,
+    IndexError,
+    InternalError,
+    InvalidAccessError,
+    InvalidStateError,
+    OperationError,
+)
+
+
+class WhipState:
+    """The ids of WHIP sessions, newest last, and the decoded default source (read once)."""
+
+    def __init__(self) -> None:
+        self.session_ids: deque[str] = deque(maxlen=WHIP_HISTORY)
+        self.default_source: tuple[Frame, str] | None = None
+
+
+WHIP_STATE_KEY = web.AppKey("whip_state", WhipState)
+
+
+def error_response(status: int, message: str, **headers: str) -> web.Response:
+    return web.json_response({"error": message}, status=status, headers=headers or None)
+
+
+def ready_registry(app: web.Application) -> SessionRegistry | None:
+    engine: DaemonEngine | None = app.get(ENGINE_KEY)
+    return engine.registry if engine is not None and engine.ready else None
+
+
+def latest_whip_session(app: web.Application) -> PeerSession | None:
+    """The newest WHIP session that is still open (None when there is none)."""
+    registry = ready_registry(app)
+    if registry is None:
+        return None
+    for session_id in reversed(app[WHIP_STATE_KEY].session_ids):
+        session = registry.get(session_id)
+        if session is not None:
+            return session
+    return None
+
+
+def parse_sdp_offer(sdp: str) -> RTCSessionDescription:
+    """ValueError unless `sdp` looks like an offer aiortc can try (a session description with media)."""
+    if not sdp.lstrip().startswith("v=0"):
+        raise ValueError("the body is not an SDP session description")
+    if "\nm=" not in sdp.replace("\r\n", "\n"):
+        raise ValueError("the offer has no media section")
+    return RTCSessionDescription(sdp=sdp, type="offer")
+
+
+def _read_default_source(path: Path, max_bytes: int) -> tuple[Frame, str]:
+    data = path.read_bytes()
+    return decode_image(data, max_bytes=max_bytes), hashlib.sha256(data).hexdigest()
+
+
+async def _apply_default_source(app: web.Application, session: PeerSession) -> None:
+    path = app[CONFIG_KEY].default_source
+    if path is None:
+        return
+    state = app[WHIP_STATE_KEY]
+    try:
+        if state.default_source is None:
+            max_bytes = app[CONFIG_KEY].max_upload_bytes
+            state.default_source = await asyncio.to_thread(_read_default_source, path, max_bytes)
+        image, sha256 = state.default_source
+        await session.set_source(image, sha256)
+    except (OSError, InvalidInputError, NoFaceError) as error:
+        # the stream still runs (passed through); the source can be set through the REST API
+        logger.warning(
+            "session %s: default source %s not used: %s",
+            session.session_id,
+            path,
+            error,
+            extra={"session_id": session.session_id, "event": "default_source_failed"},
+        )
+
+
+async def post_whip(request: web.Request) -> web.Response:
+    if request.content_type != SDP_CONTENT_TYPE:
+        return error_response(415, f"WHIP offers must be {SDP_CONTENT_TYPE}, not {request.content_type!r}")
+    registry = ready_registry(request.app)
+    if registry is None:
+        return error_response(503, "models are still loading", **{"Retry-After": RETRY_AFTER_S})
+    try:
+        offer = parse_sdp_offer(await request.text())
+        session, answer = await registry.open(offer)
+    except SessionLimitError as error:
+        return error_response(503, str(error), **{"Retry-After": RETRY_AFTER_S})
+    except BAD_OFFER_ERRORS as error:
+        return error_response(400, f"bad offer: {error}")
+    request.app[WHIP_STATE_KEY].session_ids.append(session.session_id)
+    await _apply_default_source(request.app, session)
+    logger.info(
+        "session %s: WHIP publisher connected",
+        session.session_id,
+        extra={"session_id": session.session_id, "event": "whip_started"},
+    )
+    return web.Response(
+        status=201,
+        text=answer.sdp,
+        content_type=SDP_CONTENT_TYPE,
+        headers={"Location": f"/whip/{session.session_id}", "ETag": f'"{session.session_id}"'},
+    )
+
+
+def _whip_session(request: web.Request) -> PeerSession | None:
+    session_id = request.match_info["session_id"]
+    registry = ready_registry(request.app)
+    if registry is None or session_id not in request.app[WHIP_STATE_KEY].session_ids:
+        return None
+    return registry.get(session_id)
+
+
+async def delete_whip(request: web.Request) -> web.Response:
+    session = _whip_session(request)
+    registry = ready_registry(request.app)
+    if session is None or registry is None or not await registry.end(session.session_id):
+        return error_response(404, f"no WHIP stream {request.match_info['session_id']!r}")
+    return web.Response(status=200)
+
+
+def parse_trickle_fragment(fragment: str) -> list[RTCIceCandidate | None]:
+    """The candidates of an `application/trickle-ice-sdpfrag` body (None for end-of-candidates).
+
+    Every candidate goes to m-line 0: aiortc bundles all media on the first transport.
+    """
+    candidates: list[RTCIceCandidate | None] = []
+    for line in fragment.replace("\r\n", "\n").split("\n"):
+        line = line.strip()
+        if line.startswith("a=candidate:"):
+            candidate = candidate_from_sdp(line[len("a=candidate:") :])
+            candidate.sdpMLineIndex = 0
+            candidates.append(candidate)
+        elif line == "a=end-of-candidates":
+            candidates.append(None)
+    return candidates
+
+
+async def patch_whip(request: web.Request) -> web.Response:
+    session = _whip_session(request)
+    if session is None:
+        return error_response(404, f"no WHIP stream {request.match_info['session_id']!r}")
+    if request.content_type != TRICKLE_CONTENT_TYPE:
+        return error_response(415, f"PATCH bodies must be {TRICKLE_CONTENT_TYPE}")
+    try:
+        candidates = parse_trickle_fragment(await request.text())
+    except (ValueError, IndexError) as error:
+        return error_response(400, f"bad candidate: {error}")
+    for candidate in candidates:
+        await session.add_ice_candidate(candidate)
+    return web.Response(status=204)
+
+
+def add_routes(app: web.Application) -> None:
+    app[WHIP_STATE_KEY] = WhipState()
+    app.router.add_post("/whip", post_whip)
+    app.router.add_delete("/whip/{session_id}", delete_whip)
+    app.router.add_patch("/whip/{session_id}", patch_whip)
