@@ -33,6 +33,7 @@ class DaemonConfig:
     idle_timeout_s: float = 5.0  # a peer that sends no video this long is gone
     max_upload_bytes: int = 20 * 1024 * 1024
     static_dir: Path = field(default=STATIC_DIR)
+    default_source: Path | None = None  # serve --source: the face set on every new WHIP stream
 
 
 class DaemonEngine:
@@ -148,6 +149,11 @@ def create_app(config: DaemonConfig, load_binding: LoadBinding) -> web.Applicati
     app.cleanup_ctx.append(engine_context)
     observability.add_routes(app)
     signaling.add_routes(app)
+    from web import viewer, whep, whip  # WHIP ingest, WHEP egress, viewer page
+
+    whip.add_routes(app)
+    whep.add_routes(app)
+    viewer.add_routes(app)
     _add_static_routes(app, config.static_dir)
     return app
 
