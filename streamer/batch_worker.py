@@ -4,6 +4,11 @@ pipeline as one batch, so nothing model-sized ever runs on the event loop (DESIG
 Each session owns a `WorkerLane` (mailbox + tracking state + source + settings + a deliver callback).
 Other blocking pipeline calls (prepare_source, new_stream) go through `call()`, so the pipeline, which is
 not thread-safe, is only ever touched by this thread.
+
+Faults stay with the session that caused them: a batch that raises is retried one frame at a time, so
+only the failing session's frame passes through; a session whose frames fail `MAX_LANE_FAILURES` times in
+a row is reported through `on_lane_failed` (the daemon ends it). A frame the decoder mangled is dropped.
+Out of GPU memory halves the batch bucket (`BatchPolicy`) and the batch is run again in smaller pieces.
 """
 
 import asyncio
@@ -16,17 +21,23 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import av
 from av import VideoFrame
 
 from streamer.mailbox import FrameMailbox
 from streamer.metrics import DaemonMetrics
+from streamer.micro_batcher import BatchPolicy
 from streamer.pipeline_binding import PipelineBinding, Settings, SourceHandle, StreamState
+from streamer.provenance import check_label, draw_label
 
 logger = logging.getLogger(__name__)
 
 Result = TypeVar("Result")
 IDLE_WAIT_S = 0.25
 ERROR_LOG_INTERVAL_S = 5.0
+MAX_LANE_FAILURES = 15  # consecutive failed frames (half a second at 30 fps) before a session is ended
+DECODE_ERRORS = (ValueError, av.FFmpegError)  # what a mangled frame raises when converted
+OUT_OF_MEMORY_MESSAGES = ("failed to allocate memory", "out of memory")
 
 
 @dataclass(frozen=True)
@@ -38,6 +49,15 @@ class InboundFrame:
 
 
 Deliver = Callable[[InboundFrame, VideoFrame], None]  # called on the worker thread; must be thread-safe
+LaneFailed = Callable[[str, str], None]  # (session_id, reason), called on the worker thread
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    """CuPy's OutOfMemoryError, or ONNX Runtime's "Failed to allocate memory" RuntimeError."""
+    if type(error).__name__ == "OutOfMemoryError":
+        return True
+    message = str(error).lower()
+    return any(text in message for text in OUT_OF_MEMORY_MESSAGES)
 
 
 class WorkerLane:
@@ -51,6 +71,7 @@ class WorkerLane:
         self.deliver = deliver
         self.mailbox: FrameMailbox[InboundFrame] = FrameMailbox()
         self.processing_ms: deque[float] = deque(maxlen=120)  # whole-batch time of this lane's frames
+        self.failures = 0  # consecutive frames that failed (worker thread only)
 
 
 def _rgb_of(video_frame: VideoFrame) -> Any:
@@ -69,9 +90,20 @@ class BatchWorker:
     """Owns the worker thread: `start()`, then `attach()` lanes; `close()` is idempotent and safe
     before start, twice, and after the thread crashed (`error` then holds what killed it)."""
 
-    def __init__(self, binding: PipelineBinding, metrics: DaemonMetrics | None = None) -> None:
+    def __init__(
+        self,
+        binding: PipelineBinding,
+        metrics: DaemonMetrics | None = None,
+        *,
+        label: str | None = None,
+        policy: BatchPolicy | None = None,
+        on_lane_failed: LaneFailed | None = None,
+    ) -> None:
         self._binding = binding
         self._metrics = metrics
+        self._label = check_label(label) if label is not None else None
+        self.policy = policy or BatchPolicy()  # replaced by a smaller one after out-of-memory
+        self._on_lane_failed = on_lane_failed
         self._lanes: dict[str, WorkerLane] = {}
         self._lanes_lock = threading.Lock()
         self._wake = threading.Event()
@@ -161,21 +193,19 @@ class BatchWorker:
         if not taken:
             return
         started = time.perf_counter()
-        rgb_frames = [_rgb_of(item.video_frame) for _, item in taken]
+        converted_in = self._convert_in(taken)
         jobs = [
             self._binding.make_job(frame=rgb, stream=lane.stream, source=lane.source, settings=lane.settings)
-            for (lane, _), rgb in zip(taken, rgb_frames)
+            for lane, _, rgb in converted_in
         ]
         converted = time.perf_counter()
-        try:
-            outputs: list[Any] | None = self._binding.pipeline.process_batch(jobs)
-        except Exception:  # noqa: BLE001 - one bad batch must not end the streams: pass frames through
-            outputs = None
-            self._log_batch_error()
+        outputs = self._process(jobs, [lane for lane, _, _ in converted_in])
         processed = time.perf_counter()
-        for index, (lane, item) in enumerate(taken):
-            output = outputs[index] if outputs is not None else None
-            if output is None or output is rgb_frames[index]:
+        for (lane, item, rgb), output in zip(converted_in, outputs):
+            if output is not None and self._label is not None:
+                output = output if output.flags.writeable else output.copy()
+                draw_label(output, self._label)  # after the swap: nothing the models do can hide it
+            if output is None or (output is rgb and self._label is None):
                 lane.deliver(item, item.video_frame)  # untouched: send the decoded frame as it came
             else:
                 lane.deliver(item, _video_frame_of(output, item.video_frame))
@@ -188,8 +218,76 @@ class BatchWorker:
             self._metrics.stage_seconds.observe(finished - processed, stage="convert_out")
             self._metrics.batch_size.observe(len(taken))
 
-    def _log_batch_error(self) -> None:
+    def _convert_in(
+        self, taken: list[tuple[WorkerLane, InboundFrame]]
+    ) -> list[tuple[WorkerLane, InboundFrame, Any]]:
+        converted = []
+        for lane, item in taken:
+            try:
+                converted.append((lane, item, _rgb_of(item.video_frame)))
+            except DECODE_ERRORS as error:  # a mangled frame: drop it, the session's next one may be fine
+                self._count_lane_failure(lane, error)
+        return converted
+
+    def _process(self, jobs: list[Any], lanes: list[WorkerLane]) -> list[Any | None]:
+        """Each job's output, None where it failed (that frame passes through). Chunks of at most the
+        largest bucket; a failing chunk is retried job by job; out of memory halves the bucket first."""
+        outputs: list[Any | None] = [None] * len(jobs)
+        size = self.policy.largest
+        chunks = deque(
+            list(range(start, min(start + size, len(jobs)))) for start in range(0, len(jobs), size)
+        )
+        while chunks:
+            chunk = chunks.popleft()
+            try:
+                results = self._binding.pipeline.process_batch([jobs[index] for index in chunk])
+            except Exception as error:  # noqa: BLE001 - isolate it below; one bad frame must not end the streams
+                if is_out_of_memory(error) and self._halve_bucket(len(chunk), error):
+                    size = self.policy.largest
+                    pieces = [chunk[start : start + size] for start in range(0, len(chunk), size)]
+                    chunks.extendleft(reversed(pieces))
+                elif len(chunk) > 1:
+                    chunks.extendleft([index] for index in reversed(chunk))
+                elif is_out_of_memory(error):
+                    self._log_batch_error()  # already at batch 1: pass this frame through, keep going
+                else:
+                    self._count_lane_failure(lanes[chunk[0]], error)
+                continue
+            for index, result in zip(chunk, results):
+                outputs[index] = result
+                lanes[index].failures = 0
+        return outputs
+
+    def _halve_bucket(self, failed_size: int, error: BaseException) -> bool:
+        """Shrink the largest bucket to half the one that ran out of memory; False when already 1."""
+        bucket = self.policy.bucket_for(min(failed_size, self.policy.largest))
+        if bucket <= 1:
+            return False
+        new_largest = bucket // 2
+        buckets = tuple(size for size in self.policy.buckets if size <= new_largest) or (new_largest,)
+        self.policy = BatchPolicy(buckets=buckets, max_wait_ms=self.policy.max_wait_ms)
+        logger.warning(
+            "out of memory in a batch of %d (%s); largest batch is now %d",
+            failed_size,
+            error,
+            new_largest,
+            extra={"event": "oom_batch_halved", "batch_size": new_largest},
+        )
+        return True
+
+    def _count_lane_failure(self, lane: WorkerLane, error: BaseException) -> None:
+        lane.failures += 1
+        self._log_batch_error(lane.session_id)
+        if lane.failures == MAX_LANE_FAILURES and self._on_lane_failed is not None:
+            reason = f"{lane.failures} frames in a row failed: {type(error).__name__}: {error}"
+            self._on_lane_failed(lane.session_id, reason)
+
+    def _log_batch_error(self, session_id: str | None = None) -> None:
         now = time.monotonic()
         if now - self._last_error_log >= ERROR_LOG_INTERVAL_S:
             self._last_error_log = now
-            logger.exception("pipeline batch failed; frames passed through", extra={"event": "batch_error"})
+            logger.exception(
+                "session %s: frame failed; passed through",
+                session_id or "-",
+                extra={"event": "batch_error", "session_id": session_id},
+            )

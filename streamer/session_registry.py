@@ -39,6 +39,14 @@ class SessionRegistry:
     def get(self, session_id: str) -> PeerSession | None:
         return self._sessions.get(session_id)
 
+    def sessions(self) -> list[PeerSession]:
+        """A snapshot of the open sessions (the idle reaper sweeps it)."""
+        return list(self._sessions.values())
+
+    def report_ended(self, session_id: str, reason: str) -> None:
+        """End a session from outside its own callbacks (e.g. its frames keep failing on the worker)."""
+        self._on_session_ended(session_id, reason)
+
     async def open(self, offer: RTCSessionDescription) -> tuple[PeerSession, RTCSessionDescription]:
         """A new session answering `offer`; SessionLimitError when full, ValueError for a bad offer."""
         if self._closed:

@@ -1,0 +1,82 @@
+import datetime
+import json
+import logging
+
+import numpy as np
+import pytest
+
+from gpu_ops.errors import InvalidInputError
+from streamer.frame_stamp import STAMP_HEIGHT, STAMP_WIDTH, read_stamp, write_stamp
+from streamer.provenance import audit_record, check_label, draw_label, label_box, log_audit
+
+
+def _frame(width: int = 640, height: int = 480) -> np.ndarray:
+    rng = np.random.default_rng(0)
+    return rng.integers(60, 200, (height, width, 3), dtype=np.uint8)
+
+
+@pytest.mark.parametrize("size", [(640, 480), (1280, 720), (320, 240)])
+def test_label_is_a_high_contrast_box_bottom_right_and_nothing_else_changes(size: tuple[int, int]) -> None:
+    frame = _frame(*size)
+    original = frame.copy()
+    x1, y1, x2, y2 = draw_label(frame, "AI")
+    width, height = size
+    assert x1 > width // 2 and y1 > height // 2 and x2 <= width and y2 <= height
+    changed = np.argwhere(np.any(frame != original, axis=2))
+    assert changed[:, 0].min() >= y1 and changed[:, 0].max() < y2
+    assert changed[:, 1].min() >= x1 and changed[:, 1].max() < x2
+    box = frame[y1:y2, x1:x2]
+    grey = box.mean(axis=2)
+    assert (grey < 20).mean() > 0.4, "the box background is black"
+    assert (grey > 235).sum() > 20, "the text and rim are white"
+    assert (y2 - y1) >= 10
+
+
+def test_label_leaves_the_stamp_strip_readable() -> None:
+    frame = _frame()
+    write_stamp(frame, 0xDEADBEEF)
+    strip = frame[:STAMP_HEIGHT, :STAMP_WIDTH].copy()
+    draw_label(frame, "AI GENERATED VIDEO")
+    assert np.array_equal(frame[:STAMP_HEIGHT, :STAMP_WIDTH], strip)
+    assert read_stamp(frame) == 0xDEADBEEF
+
+
+def test_label_box_on_a_tiny_frame_avoids_the_stamp_strip_and_fits() -> None:
+    x1, y1, x2, y2 = label_box("AI", 64, 40)
+    assert 0 <= x1 <= x2 <= 64 and STAMP_HEIGHT <= y1 <= y2 <= 40
+    frame = _frame(64, 40)
+    draw_label(frame, "AI")  # no exception, stays inside the frame
+
+
+@pytest.mark.parametrize("bad", ["", "x" * 33, "KI\u00e4", "line\nbreak"])
+def test_label_must_be_short_printable_ascii(bad: str) -> None:
+    with pytest.raises(InvalidInputError):
+        check_label(bad)
+    assert check_label("AI") == "AI"
+
+
+def test_audit_line_is_structured_with_every_field(caplog: pytest.LogCaptureFixture) -> None:
+    moment = datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.UTC)
+    record = audit_record(
+        "source_set",
+        "abc123",
+        token_id="0badf00d",
+        remote="127.0.0.1",
+        source_sha256="f" * 64,
+        engine="mesh",
+        now=moment,
+    )
+    with caplog.at_level(logging.INFO, logger="streamer.provenance"):
+        log_audit(record)
+    (entry,) = caplog.records
+    fields = {key: getattr(entry, key) for key in ("event", "action", "session_id", "token_id", "remote")}
+    assert fields == {
+        "event": "audit",
+        "action": "source_set",
+        "session_id": "abc123",
+        "token_id": "0badf00d",
+        "remote": "127.0.0.1",
+    }
+    assert entry.source_sha256 == "f" * 64 and entry.engine == "mesh"  # type: ignore[attr-defined]
+    assert entry.time_utc == "2026-01-02T03:04:05.000+00:00"  # type: ignore[attr-defined]
+    assert "0badf00d" in entry.getMessage() and json.dumps(entry.__dict__, default=str)
