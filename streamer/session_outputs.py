@@ -11,8 +11,10 @@ Why this shape:
 - The swapped video enters through a `SwappedTrack` (a queue of 2, oldest dropped), so frames pushed
   while nobody watches cost nothing and never pile up.
 - aiortc's receive queues are unbounded: a received audio track that nobody reads grows forever (a WHIP
-  session's peer never sends audio back). A drain task reads it through the relay from the moment it
-  arrives, so the queue stays empty whether or not anyone watches.
+  session's peer never sends audio back). A drain task owned here reads it from the moment it arrives
+  into a small queue that the relay reads, so nothing grows whether or not anyone watches, and `close()`
+  ends the relay even when aiortc never ends the received track (a peer that left before its media
+  started).
 """
 
 import asyncio
@@ -54,10 +56,10 @@ class SessionOutputs:
 
     def __init__(self, session_id: str, *, max_viewers: int = MAX_VIEWERS_PER_SESSION) -> None:
         self.session_id = session_id
-        self._max_viewers = max_viewers
+        self.max_viewers = max_viewers
         self._relay = MediaRelay()
         self._video = SwappedTrack()
-        self._audio: MediaStreamTrack | None = None
+        self._audio: SwappedTrack | None = None
         self._audio_drain: asyncio.Task[None] | None = None
         self._viewers: dict[str, _Viewer] = {}
         self._closing: set[asyncio.Task[None]] = set()
@@ -84,19 +86,22 @@ class SessionOutputs:
         """
         if self._closed or self._audio is not None:
             return track
-        self._audio = track
-        drain = self._relay.subscribe(track, buffered=False)
-        self._audio_drain = asyncio.create_task(self._drain(drain), name=f"audio-drain-{self.session_id}")
-        return self._relay.subscribe(track, buffered=True)
+        self._audio = audio = SwappedTrack()  # the same newest-frames queue, here for audio
+        audio.kind = "audio"
+        self._audio_drain = asyncio.create_task(
+            self._drain(track, audio), name=f"audio-drain-{self.session_id}"
+        )
+        return self._relay.subscribe(audio, buffered=True)
 
-    async def _drain(self, track: MediaStreamTrack) -> None:
+    async def _drain(self, received: MediaStreamTrack, audio: SwappedTrack) -> None:
         try:
             while True:
-                await track.recv()
+                frame = await received.recv()
+                audio.push(frame)  # type: ignore[arg-type]
         except MediaStreamError:
-            pass  # the source ended: the session is closing
+            pass  # the peer's audio ended: the session is closing
         finally:
-            track.stop()
+            audio.stop()  # the relay's reader sees the end and exits
 
     async def add_viewer(self, offer: RTCSessionDescription) -> tuple[str, RTCSessionDescription]:
         """A new viewer peer answering `offer` (after ICE gathering, so no trickle is needed).
@@ -105,8 +110,8 @@ class SessionOutputs:
         """
         if self._closed:
             raise ViewerLimitError(f"session {self.session_id} is closing")
-        if len(self._viewers) >= self._max_viewers:
-            raise ViewerLimitError(f"session {self.session_id} has all {self._max_viewers} viewers")
+        if len(self._viewers) >= self.max_viewers:
+            raise ViewerLimitError(f"session {self.session_id} has all {self.max_viewers} viewers")
         viewer_id = uuid.uuid4().hex[:12]
         pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
         tracks: list[MediaStreamTrack] = []
@@ -175,7 +180,7 @@ class SessionOutputs:
         return viewer.pc if viewer is not None else None
 
     async def close(self) -> None:
-        """End every viewer and the relay; the received audio track ends with the session's peer."""
+        """End every viewer, the audio drain and the relay's readers."""
         if self._closed:
             if self._closing:
                 await asyncio.gather(*list(self._closing), return_exceptions=True)
@@ -186,5 +191,7 @@ class SessionOutputs:
         if self._audio_drain is not None:
             self._audio_drain.cancel()
             await asyncio.gather(self._audio_drain, return_exceptions=True)
+        if self._audio is not None:
+            self._audio.stop()  # also when the drain never ran
         if self._closing:
             await asyncio.gather(*list(self._closing), return_exceptions=True)

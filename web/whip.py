@@ -22,7 +22,7 @@ from pathlib import Path
 from aiohttp import web
 from aiortc import RTCIceCandidate, RTCSessionDescription
 from aiortc.exceptions import InternalError, InvalidAccessError, InvalidStateError, OperationError
-from aiortc.sdp import candidate_from_sdp
+from aiortc.sdp import SessionDescription, candidate_from_sdp
 
 from gpu_ops.errors import InvalidInputError
 from streamer.face import Frame
@@ -86,7 +86,12 @@ def parse_sdp_offer(sdp: str) -> RTCSessionDescription:
     """ValueError unless `sdp` looks like an offer aiortc can try (a session description with media)."""
     if not sdp.lstrip().startswith("v=0"):
         raise ValueError("the body is not an SDP session description")
-    if "\nm=" not in sdp.replace("\r\n", "\n"):
+    try:
+        media = SessionDescription.parse(sdp).media
+    except (AssertionError, ValueError, KeyError, IndexError, TypeError) as error:
+        # aiortc's parser reports malformed lines with assert: it must not become a 500
+        raise ValueError(f"the offer cannot be parsed ({type(error).__name__} {error})") from None
+    if not media:
         raise ValueError("the offer has no media section")
     return RTCSessionDescription(sdp=sdp, type="offer")
 
@@ -171,7 +176,10 @@ def parse_trickle_fragment(fragment: str) -> list[RTCIceCandidate | None]:
     for line in fragment.replace("\r\n", "\n").split("\n"):
         line = line.strip()
         if line.startswith("a=candidate:"):
-            candidate = candidate_from_sdp(line[len("a=candidate:") :])
+            text = line[len("a=candidate:") :]
+            if len(text.split()) < 8:  # aiortc's parser asserts on short lines
+                raise ValueError(f"not an ICE candidate: {line!r}")
+            candidate = candidate_from_sdp(text)
             candidate.sdpMLineIndex = 0
             candidates.append(candidate)
         elif line == "a=end-of-candidates":
