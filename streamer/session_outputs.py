@@ -103,6 +103,14 @@ class SessionOutputs:
         finally:
             audio.stop()  # the relay's reader sees the end and exits
 
+    def subscribe_video(self) -> MediaStreamTrack:
+        """A newest-frame copy of the swapped video for one consumer; `stop()` it when done."""
+        return self._relay.subscribe(self._video, buffered=False)
+
+    def subscribe_audio(self) -> MediaStreamTrack | None:
+        """A newest-frame copy of the received audio (None before any audio arrived)."""
+        return self._relay.subscribe(self._audio, buffered=False) if self._audio is not None else None
+
     async def add_viewer(self, offer: RTCSessionDescription) -> tuple[str, RTCSessionDescription]:
         """A new viewer peer answering `offer` (after ICE gathering, so no trickle is needed).
 
@@ -122,9 +130,10 @@ class SessionOutputs:
             kinds = {transceiver.kind for transceiver in pc.getTransceivers()}
             if "video" not in kinds:
                 raise ValueError("the offer has no video to receive")
-            tracks.append(self._relay.subscribe(self._video, buffered=False))
-            if "audio" in kinds and self._audio is not None:
-                tracks.append(self._relay.subscribe(self._audio, buffered=False))
+            tracks.append(self.subscribe_video())
+            audio = self.subscribe_audio() if "audio" in kinds else None
+            if audio is not None:
+                tracks.append(audio)
             for track in tracks:
                 pc.addTrack(track)
             viewer.tracks = tuple(tracks)

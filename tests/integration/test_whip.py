@@ -2,7 +2,6 @@
 watched through WHEP; protocol errors; nothing left behind (sessions, peer connections, tasks)."""
 
 import asyncio
-import gc
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -11,75 +10,23 @@ from pathlib import Path
 import aiohttp
 import numpy as np
 import pytest
-from aiortc import RTCPeerConnection
 
 from run_stream import build_parser
-from streamer.session_registry import SessionRegistry
 from tests.fakes_pipeline import face_box, fake_binding, source_colour
-from tests.integration.daemon_harness import LOOPBACK, camera_frame, decoded_photo, running_daemon
-from web.app import DaemonConfig, DaemonEngine
+from tests.integration.daemon_harness import camera_frame, decoded_photo, running_daemon
+from tests.integration.whip_harness import (
+    SOURCE,
+    assert_nothing_left,
+    config,
+    wait_connected,
+    wait_until_empty,
+)
+from web.app import DaemonEngine
 from web.serve import load_pipeline_binding
 from web.whip_client import WhepViewer, WhipPublisher
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
-SOURCE = "fr_biden2.jpg"
 TOKEN = "whip-test-token-123"
-OBS_OFFER_VIDEO = "m=video"
-
-
-def config(media_dir: Path, **changes: object) -> DaemonConfig:
-    values: dict[str, object] = {
-        "ice_addresses": (LOOPBACK,),
-        "idle_timeout_s": 3.0,
-        "default_source": media_dir / SOURCE,
-    }
-    values.update(changes)
-    return DaemonConfig(**values)  # type: ignore[arg-type]
-
-
-def open_peer_connections() -> list[RTCPeerConnection]:
-    gc.collect()
-    return [o for o in gc.get_objects() if isinstance(o, RTCPeerConnection) and o.connectionState != "closed"]
-
-
-def _stray_tasks() -> list[str]:
-    """Tasks other than the server's own (request handlers, the idle reaper) and this test's."""
-    return [
-        task.get_coro().__qualname__  # type: ignore[union-attr]
-        for task in asyncio.all_tasks()
-        if task is not asyncio.current_task()
-        and task.get_coro().__qualname__ not in ("RequestHandler.start", "IdleReaper._run")  # type: ignore[union-attr]
-    ]
-
-
-async def assert_nothing_left(engine: DaemonEngine, settle_s: float = 5.0) -> None:
-    """No session, no open peer connection, and every relay/peer task ends within `settle_s`."""
-    registry = engine.registry
-    assert isinstance(registry, SessionRegistry)
-    assert len(registry) == 0, "a session outlived its publisher"
-    assert open_peer_connections() == [], "a peer connection was left open"
-    deadline = asyncio.get_running_loop().time() + settle_s
-    while _stray_tasks() and asyncio.get_running_loop().time() < deadline:
-        await asyncio.sleep(0.05)
-    assert _stray_tasks() == [], "tasks left running"
-
-
-async def wait_connected(engine: DaemonEngine, session_id: str | None, timeout: float = 10.0) -> None:
-    """Until the session's peer is connected: aioice starts a consent task that outlives a peer closed
-    while its ICE checks still run, so the tests end streams the way publishers do, after connecting."""
-    assert engine.registry is not None and session_id is not None
-    async with asyncio.timeout(timeout):
-        while (session := engine.registry.get(session_id)) is None or (
-            session.stats()["connection_state"] != "connected"
-        ):
-            await asyncio.sleep(0.05)
-
-
-async def wait_until_empty(engine: DaemonEngine, timeout: float = 10.0) -> None:
-    assert engine.registry is not None
-    async with asyncio.timeout(timeout):
-        while len(engine.registry):
-            await asyncio.sleep(0.05)
 
 
 @asynccontextmanager
