@@ -125,6 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="measure per-stage timings and latency")
     bench.add_argument("--live", action="store_true", help="loopback WebRTC glass-to-glass latency")
+    bench.add_argument("--whip", action="store_true", help="WHIP publish -> swap -> WHEP receive latency")
     bench.add_argument("--soak", action="store_true", help="10 minute multi-session soak")
     bench.add_argument("--gpu", action="store_true", help="frame path on the GPU backend, stage by stage")
     bench.add_argument("--quick", action="store_true", help="with --gpu: small sizes and model (CPU check)")

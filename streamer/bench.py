@@ -1,7 +1,8 @@
 """`run_stream.py bench`: per-stage CPU timings of the real pipeline on a moving 640x480 face.
 
-`--live` (loopback WebRTC glass-to-glass) and `--soak` (sessions joining and leaving) live in their own
-modules; this one measures the frame pipeline alone, with the same cadence settings the daemon uses.
+`--live` (loopback WebRTC glass-to-glass), `--whip` (WHIP publish -> WHEP receive) and `--soak` (sessions
+joining and leaving) live in their own modules; this one measures the frame pipeline alone, with the same
+cadence settings the daemon uses.
 """
 
 import argparse
@@ -114,6 +115,10 @@ def run(args: argparse.Namespace) -> int:
         from streamer.live_bench import run_live
 
         return run_live(args)
+    if getattr(args, "whip", False):
+        from streamer.whip_bench import run_whip
+
+        return run_whip(args)
     if getattr(args, "gpu", False):
         from streamer.gpu_bench import run_gpu_bench
 
