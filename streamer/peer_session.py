@@ -150,9 +150,12 @@ class PeerSession:
         """Newest-frame reader: aiortc's receive queue is unbounded, so read it as fast as it fills."""
         timeout = FIRST_FRAME_TIMEOUT_S
         try:
-            while True:
+            while self._closed is None:
                 try:
-                    frame = await asyncio.wait_for(track.recv(), timeout)
+                    # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancel that races with
+                    # a frame arriving, and close() would then wait on this task forever
+                    async with asyncio.timeout(timeout):
+                        frame = await track.recv()
                 except TimeoutError:
                     self._end(f"no video for {timeout:.0f} s")
                     return
