@@ -53,6 +53,28 @@ def add_swap_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-mouth-mask", action="store_true", help="do not keep the target's inner mouth")
 
 
+def add_hardening_options(parser: argparse.ArgumentParser) -> None:
+    """Access, limits, provenance and shutdown flags of `serve` (docs/security.md)."""
+    parser.add_argument("--token", help="require 'Authorization: Bearer TOKEN' (else $LIVEFUSE_TOKEN)")
+    parser.add_argument(
+        "--cors-origin", action="append", default=[], help="allow this exact origin (repeatable)"
+    )
+    parser.add_argument("--tls-cert", help="PEM certificate: serve HTTPS")
+    parser.add_argument("--tls-key", help="PEM private key for --tls-cert")
+    parser.add_argument("--idle-timeout", type=float, default=5.0, help="close sessions without video (s)")
+    parser.add_argument(
+        "--rate-limit", type=float, default=60.0, help="session creations per minute per client (0: off)"
+    )
+    parser.add_argument("--label", help='visible label on swapped frames, e.g. "AI" (bottom-right)')
+    parser.add_argument("--max-upload-mb", type=float, default=20.0, help="source image file size cap")
+    parser.add_argument(
+        "--max-upload-megapixels", type=float, default=40.0, help="source image pixel cap (declared)"
+    )
+    parser.add_argument(
+        "--drain-timeout", type=float, default=10.0, help="SIGTERM: close open sessions within (s)"
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="run_stream.py", description="livefuse: real-time face swap")
     parser.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
@@ -74,6 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--source", help="face image set as the source of every WHIP stream (no REST call needed)"
     )
+    add_hardening_options(serve)
     add_model_options(serve)
     add_swap_options(serve)
 

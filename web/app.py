@@ -33,6 +33,13 @@ class DaemonConfig:
     idle_timeout_s: float = 5.0  # a peer that sends no video this long is gone
     max_upload_bytes: int = 20 * 1024 * 1024
     static_dir: Path = field(default=STATIC_DIR)
+    # hardening (web/auth.py, web/limits.py, streamer/provenance.py; docs/security.md)
+    token: str | None = None  # bearer token required on every non-public route
+    cors_origins: tuple[str, ...] = ()  # empty: no CORS headers at all
+    rate_limit_per_minute: float = 0.0  # session creations per client address; 0: unlimited
+    max_upload_pixels: int = 40_000_000
+    label: str | None = None  # drawn bottom-right on swapped frames
+    drain_timeout_s: float = 10.0  # SIGTERM: open sessions closed within this
     default_source: Path | None = None  # serve --source: the face set on every new WHIP stream
 
 
@@ -69,7 +76,9 @@ class DaemonEngine:
         try:
             binding = await asyncio.to_thread(self._load_binding)
             description = binding.pipeline.describe()
-            worker = BatchWorker(binding, self.metrics)
+            worker = BatchWorker(
+                binding, self.metrics, label=self.config.label, on_lane_failed=self._end_failed_session
+            )
             worker.start()
         except Exception as error:  # noqa: BLE001 - reported through `loaded`; the owner decides
             logger.error("pipeline failed to load: %s", error, extra={"event": "load_failed"})
@@ -87,6 +96,13 @@ class DaemonEngine:
             extra={"event": "ready", "latency_ms": round(elapsed * 1000)},
         )
         self.loaded.set_result(None)
+
+    def _end_failed_session(self, session_id: str, reason: str) -> None:
+        """Called on the worker thread when one session's frames keep failing: end that session only."""
+        loop = self.loaded.get_loop()
+        registry = self.registry
+        if registry is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(registry.report_ended, session_id, reason)
 
     def _create_session(self, session_id: str, on_ended: EndedCallback) -> PeerSession:
         assert self.worker is not None and self.binding is not None
@@ -147,6 +163,12 @@ def create_app(config: DaemonConfig, load_binding: LoadBinding) -> web.Applicati
             await engine.close()
 
     app.cleanup_ctx.append(engine_context)
+    # hardening: CORS, token, audit (web/auth.py); JSON errors, body/SDP/rate limits, idle reaper (web/limits.py)
+    from web.auth import access_middlewares
+    from web.limits import idle_reaper_context, json_errors, request_limits
+
+    app.middlewares.extend([*access_middlewares(config), json_errors, request_limits(config)])
+    app.cleanup_ctx.append(idle_reaper_context)
     observability.add_routes(app)
     signaling.add_routes(app)
     from web import viewer, whep, whip  # WHIP ingest, WHEP egress, viewer page

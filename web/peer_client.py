@@ -130,8 +130,10 @@ class PeerClient:
         codec: str | None = None,
         keep_frames: int = 0,
         audio: MediaStreamTrack | None = None,
+        token: str | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        self._auth_headers = {"Authorization": f"Bearer {token}"} if token else None
         if isinstance(frame_source, np.ndarray):
             still = frame_source
             frame_source = lambda index: still
@@ -153,7 +155,7 @@ class PeerClient:
     async def __aenter__(self) -> Self:
         restrict_ice_addresses(["127.0.0.1"])
         install_marker_release()
-        self._http = aiohttp.ClientSession()
+        self._http = aiohttp.ClientSession(headers=self._auth_headers)
         try:
             await self._connect()
         except BaseException:

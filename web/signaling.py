@@ -19,6 +19,7 @@ from streamer.peer_session import PeerSession
 from streamer.session_registry import SessionLimitError, SessionRegistry
 from streamer.swap_engines.base import NoFaceError
 from web.app import CONFIG_KEY, ENGINE_KEY, METRICS_KEY
+from web.limits import check_upload_name
 
 logger = logging.getLogger(__name__)
 
@@ -111,13 +112,14 @@ async def _read_image_bytes(request: web.Request) -> bytes:
         reader = await request.multipart()
         while (part := await reader.next()) is not None:
             if getattr(part, "name", None) == "image":
+                check_upload_name(getattr(part, "filename", None))  # web/limits.py: no path-like names
                 return bytes(await part.read())  # type: ignore[union-attr]
         raise UnsupportedImageError('multipart body has no "image" field')
     return await request.read()
 
 
-def _decode_source(data: bytes, max_bytes: int) -> tuple[Any, str]:
-    return decode_image(data, max_bytes=max_bytes), hashlib.sha256(data).hexdigest()
+def _decode_source(data: bytes, max_bytes: int, max_pixels: int) -> tuple[Any, str]:
+    return decode_image(data, max_bytes=max_bytes, max_pixels=max_pixels), hashlib.sha256(data).hexdigest()
 
 
 async def put_source(request: web.Request) -> web.Response:
@@ -126,7 +128,8 @@ async def put_source(request: web.Request) -> web.Response:
     try:
         data = await _read_image_bytes(request)
         loop = asyncio.get_running_loop()
-        image, sha256 = await loop.run_in_executor(None, _decode_source, data, max_bytes)
+        max_pixels = request.app[CONFIG_KEY].max_upload_pixels
+        image, sha256 = await loop.run_in_executor(None, _decode_source, data, max_bytes, max_pixels)
         info = await session.set_source(image, sha256)
     except UnsupportedImageError as error:
         return _error(415, str(error))

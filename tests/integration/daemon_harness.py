@@ -1,6 +1,7 @@
 """Run the daemon app in-process on 127.0.0.1 for integration tests, and build the test frames."""
 
 import socket
+import ssl
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -37,6 +38,21 @@ async def running_daemon(
         engine = app[ENGINE_KEY]
         await engine.loaded
         yield f"http://{LOOPBACK}:{port}", engine
+    finally:
+        await runner.cleanup()
+
+
+@asynccontextmanager
+async def serving_app(app: web.Application, ssl_context: ssl.SSLContext | None = None) -> AsyncIterator[str]:
+    """Base URL of an already-built daemon `app` on 127.0.0.1, models loaded; closed on exit (tests that
+    need the app itself: route enumeration, drain)."""
+    runner = web.AppRunner(app)
+    await runner.setup()
+    try:
+        port = _free_port()
+        await web.TCPSite(runner, LOOPBACK, port, ssl_context=ssl_context).start()
+        await app[ENGINE_KEY].loaded
+        yield f"{'https' if ssl_context else 'http'}://{LOOPBACK}:{port}"
     finally:
         await runner.cleanup()
 

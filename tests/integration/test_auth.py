@@ -1,0 +1,142 @@
+"""Access control on the real app: every route the app has (enumerated, so a route added later is
+covered without editing this test) is 401 without the token except the tiny public set; with the token a
+normal call works; HTTPS with a self-signed certificate; $LIVEFUSE_TOKEN."""
+
+import argparse
+import datetime
+import ipaddress
+import re
+import ssl
+from pathlib import Path
+
+import aiohttp
+import pytest
+from aiohttp import web
+from aiohttp.web_urldispatcher import StaticResource
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from tests.fakes_pipeline import fake_binding
+from tests.integration.daemon_harness import LOOPBACK, camera_frame, serving_app
+from web.app import DaemonConfig, create_app
+from web.auth import tls_context
+from web.peer_client import PeerClient
+from web.serve import hardening_fields
+
+TOKEN = "correct-horse-battery-staple"
+PUBLIC = {("GET", "/"), ("GET", "/health"), ("GET", "/view/x"), ("GET", "/static/app.js")}
+
+
+def _requests_for_every_route(app: web.Application) -> list[tuple[str, str]]:
+    """(method, concrete path) for each registered route; placeholders filled with "x"."""
+    requests = set()
+    for route in app.router.routes():
+        resource = route.resource
+        assert resource is not None
+        if isinstance(resource, StaticResource):
+            path = f"{resource.canonical}/app.js"
+        else:
+            path = re.sub(r"\{[^}]+\}", "x", resource.canonical)
+        methods = ("GET", "POST", "PUT", "PATCH", "DELETE") if route.method == "*" else (route.method,)
+        for method in methods:
+            requests.add(("GET" if method == "HEAD" else method, path))
+    return sorted(requests)
+
+
+def _config(**changes: object) -> DaemonConfig:
+    return DaemonConfig(ice_addresses=(LOOPBACK,), idle_timeout_s=3.0, token=TOKEN, **changes)  # type: ignore[arg-type]
+
+
+async def test_every_route_but_the_public_ones_is_401_without_the_token() -> None:
+    app = create_app(_config(), lambda: fake_binding())
+    requests = _requests_for_every_route(app)
+    paths = {path for _, path in requests}
+    assert {"/api/sessions", "/metrics", "/ready", "/api/sessions/x/source"} <= paths
+    assert len(requests) >= 12, requests
+    async with serving_app(app) as url, aiohttp.ClientSession() as http:
+        for method, path in requests:
+            for headers in (
+                {},
+                {"Authorization": "Bearer not-the-token"},
+                {"Authorization": f"Basic {TOKEN}"},
+            ):
+                async with http.request(method, url + path, headers=headers, data=b"{}") as response:
+                    if (method, path) in PUBLIC:
+                        assert response.status != 401, (method, path)
+                        continue
+                    assert response.status == 401, (method, path, headers, response.status)
+                    assert "bearer token" in (await response.json())["error"]
+        async with http.get(url + "/metrics", headers={"Authorization": f"Bearer {TOKEN}"}) as response:
+            assert response.status == 200
+
+
+async def test_with_the_token_a_normal_session_swaps_and_without_it_none_opens(media_dir: Path) -> None:
+    app = create_app(_config(), lambda: fake_binding())
+    frame = camera_frame(media_dir)
+    async with serving_app(app) as url:
+        with pytest.raises(ConnectionError, match="401"):
+            async with PeerClient(url, frame):
+                pass
+        async with PeerClient(url, frame, token=TOKEN) as client:
+            await client.upload_source((media_dir / "fr_biden2.jpg").read_bytes())
+            await client.wait_for_frames(10, timeout=10)
+            stats = await client.session_stats()
+        assert stats["has_source"] and stats["frames_out"] >= 10
+
+
+def _self_signed(directory: Path) -> tuple[Path, Path]:
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "livefuse test")])
+    now = datetime.datetime.now(datetime.UTC)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(LOOPBACK))]), False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = directory / "cert.pem", directory / "key.pem"
+    cert_path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
+    return cert_path, key_path
+
+
+async def test_https_with_a_self_signed_certificate(tmp_path: Path) -> None:
+    cert_path, key_path = _self_signed(tmp_path)
+    app = create_app(_config(), lambda: fake_binding())
+    async with serving_app(app, tls_context(cert_path, key_path)) as url:
+        assert url.startswith("https://")
+        trusting = ssl.create_default_context(cafile=str(cert_path))
+        async with aiohttp.ClientSession() as http:
+            async with http.get(url + "/health", ssl=trusting) as response:
+                assert response.status == 200
+            headers = {"Authorization": f"Bearer {TOKEN}"}
+            async with http.get(url + "/ready", ssl=trusting, headers=headers) as response:
+                assert response.status == 200 and (await response.json()) == {"ready": True}
+            with pytest.raises(aiohttp.ClientConnectorCertificateError):
+                async with http.get(url + "/health"):  # default trust store: not trusted
+                    pass
+            with pytest.raises(aiohttp.ClientError):
+                async with http.get(url.replace("https://", "http://") + "/health"):
+                    pass
+
+
+def test_token_comes_from_the_flag_else_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LIVEFUSE_TOKEN", "from-the-environment")
+    assert hardening_fields(argparse.Namespace())["token"] == "from-the-environment"
+    assert hardening_fields(argparse.Namespace(token="from-the-flag-1"))["token"] == "from-the-flag-1"
+    monkeypatch.delenv("LIVEFUSE_TOKEN")
+    fields = hardening_fields(argparse.Namespace(cors_origin=["https://a.example"], label="AI"))
+    assert fields["token"] is None and fields["cors_origins"] == ("https://a.example",)
+    assert fields["label"] == "AI"
