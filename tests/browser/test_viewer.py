@@ -154,6 +154,12 @@ def test_viewer_page_plays_the_swapped_whip_stream_and_reconnects(
     )
     second = start_publisher(source_daemon, media_dir, 20, tmp_path / "second.npy")
     try:
-        wait_playing(browser, connects=2, timeout=30)
+        wait_playing(browser, connects=2, timeout=20)
     finally:
         stop_publisher(second)
+    errors = [
+        entry["message"]
+        for entry in browser.get_log("browser")
+        if entry["level"] == "SEVERE" and "status of 404" not in entry["message"]  # waiting for a stream
+    ]
+    assert errors == [], f"the viewer page logged errors: {errors}"

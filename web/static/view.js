@@ -4,9 +4,13 @@
 // restarts (the id "latest" follows the newest WHIP stream). ?token= is sent as a bearer token.
 // window.livefuseViewer exposes the state for tests: {state, connects, viewerUrl}.
 
-const RETRY_MS = [500, 1000, 2000, 4000];
+const RETRY_MS = [500, 1000, 2000];
 const GATHER_TIMEOUT_MS = 2000;
 const DISCONNECTED_GRACE_MS = 3000;
+// a stream that ended on the server (publisher gone) shows as ICE 'disconnected' only after ~5 s of
+// silence; no decoded frame for this long while playing means the same, sooner
+const STALL_MS = 2500;
+const STALL_CHECK_MS = 500;
 
 const params = new URLSearchParams(window.location.search);
 const token = params.get('token');
@@ -18,6 +22,7 @@ window.livefuseViewer = status;
 
 let pc = null;
 let failures = 0;
+let retryTimer = null;
 
 function setState(state, detail = '') {
   status.state = state;
@@ -61,11 +66,18 @@ async function hangUp() {
 }
 
 function retryLater(reason) {
+  if (retryTimer !== null) {
+    return; // one reconnect at a time, whatever reported the loss
+  }
   const delay = RETRY_MS[Math.min(failures, RETRY_MS.length - 1)];
   failures += 1;
   status.lastError = reason;
   setState('waiting', reason);
-  setTimeout(connect, delay);
+  hangUp(); // the old peer's late events no longer match `pc`
+  retryTimer = setTimeout(() => {
+    retryTimer = null;
+    connect();
+  }, delay);
 }
 
 async function connect() {
@@ -128,12 +140,30 @@ async function connect() {
   }
 }
 
-// a session that ends (publisher stopped) makes the video track end: look for the next one
-video.addEventListener('emptied', () => {
-  if (status.state === 'playing') {
-    retryLater('stream ended');
+let lastDecoded = { peer: null, frames: -1, since: 0 };
+
+async function checkStall() {
+  const peer = pc;
+  if (!peer || status.state !== 'playing') {
+    return;
   }
-});
+  let frames = 0;
+  (await peer.getStats()).forEach((report) => {
+    if (report.type === 'inbound-rtp' && report.kind === 'video') {
+      frames = report.framesDecoded || 0;
+    }
+  });
+  const now = performance.now();
+  if (lastDecoded.peer !== peer || frames !== lastDecoded.frames) {
+    lastDecoded = { peer, frames, since: now };
+  } else if (now - lastDecoded.since > STALL_MS && pc === peer) {
+    retryLater('stream stalled');
+  }
+}
+
+setInterval(() => {
+  checkStall().catch(() => {});
+}, STALL_CHECK_MS);
 window.addEventListener('pagehide', () => {
   hangUp();
 });
