@@ -62,7 +62,7 @@ class SessionOutputs:
         self._audio: SwappedTrack | None = None
         self._audio_drain: asyncio.Task[None] | None = None
         self._viewers: dict[str, _Viewer] = {}
-        self._closing: set[asyncio.Task[None]] = set()
+        self._closing: set[asyncio.Task[bool]] = set()
         self._closed = False
 
     @property

@@ -70,7 +70,8 @@ def photo_frames(path: Path, width: int, height: int) -> list[Frame]:
     bgr = cv2.imread(str(path), cv2.IMREAD_COLOR)
     if bgr is None:
         raise SystemExit(f"cannot read {path}")
-    return panning_face_frames(cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB), width, height, PAN_FRAMES)
+    rgb = np.ascontiguousarray(cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB), dtype=np.uint8)
+    return panning_face_frames(rgb, width, height, PAN_FRAMES)
 
 
 def clip_frames(path: Path, width: int, height: int) -> list[Frame]:

@@ -85,7 +85,9 @@ async def test_received_audio_is_drained_without_viewers_and_reaches_a_viewer() 
     viewer = outputs.subscribe_audio()
     assert viewer is not None
     first = await asyncio.wait_for(viewer.recv(), 1)
-    assert first.pts >= 198 * 960, "a new viewer starts with stale audio"  # at most the queue of 2
+    assert first.pts is not None and first.pts >= 198 * 960, (
+        "a new viewer starts with stale audio"
+    )  # at most the queue of 2
     pending = asyncio.create_task(viewer.recv())
     await asyncio.sleep(0.01)
     received.queue.put_nowait(audio_frame(200))
