@@ -119,6 +119,12 @@ class BatchWorker:
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
+    @property
+    def lane_ids(self) -> list[str]:
+        """Sessions attached now (a closed session must not be among them)."""
+        with self._lanes_lock:
+            return list(self._lanes)
+
     def start(self) -> None:
         if self._thread is not None or self._closed is not None:
             raise RuntimeError("BatchWorker.start() called twice or after close()")
@@ -208,7 +214,7 @@ class BatchWorker:
             if output is None or (output is rgb and self._label is None):
                 lane.deliver(item, item.video_frame)  # untouched: send the decoded frame as it came
             else:
-                lane.deliver(item, _video_frame_of(output, item.video_frame))
+                lane.deliver(item, self._convert_out(lane, item, output))
             lane.processing_ms.append((processed - started) * 1000.0)
         self.batches += 1
         if self._metrics is not None:
@@ -228,6 +234,13 @@ class BatchWorker:
             except DECODE_ERRORS as error:  # a mangled frame: drop it, the session's next one may be fine
                 self._count_lane_failure(lane, error)
         return converted
+
+    def _convert_out(self, lane: WorkerLane, item: InboundFrame, output: Any) -> VideoFrame:
+        try:
+            return _video_frame_of(output, item.video_frame)
+        except Exception as error:  # noqa: BLE001 - this session's frame goes out as it came in
+            self._count_lane_failure(lane, error)
+            return item.video_frame
 
     def _process(self, jobs: list[Any], lanes: list[WorkerLane]) -> list[Any | None]:
         """Each job's output, None where it failed (that frame passes through). Chunks of at most the

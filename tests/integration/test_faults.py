@@ -1,0 +1,310 @@
+"""Faults stay with the session that caused them: a pipeline step that raises for one session, a peer
+that vanishes (client process killed), a frame the decoder mangled, out of memory, and SIGTERM's drain.
+The other sessions keep their frame rate, and a dead session's resources are gone within 5 s."""
+
+import asyncio
+import fractions
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+import av
+import numpy as np
+import pytest
+
+from streamer.batch_worker import MAX_LANE_FAILURES, BatchWorker, InboundFrame, WorkerLane, is_out_of_memory
+from streamer.micro_batcher import BatchPolicy
+from streamer.peer_session import PeerSession
+from streamer.session_registry import SessionRegistry
+from tests.fakes_pipeline import (
+    FakeFrameJob,
+    FakePipeline,
+    FakeSource,
+    FakeStreamState,
+    FakeSwapSettings,
+    fake_binding,
+    source_colour,
+)
+from tests.integration.daemon_harness import (
+    LOOPBACK,
+    camera_frame,
+    decoded_photo,
+    running_daemon,
+    serving_app,
+)
+from web.app import ENGINE_KEY, DaemonConfig, create_app
+from web.peer_client import PeerClient
+from web.serve import drain_sessions
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CLEANUP_BOUND_S = 5.0
+FPS = 30.0
+GOOD_SOURCE = "fr_biden2.jpg"
+POISON_SOURCE = "fr_obama2.jpg"
+
+
+@dataclass
+class PoisonedPipeline(FakePipeline):
+    """Raises for any batch holding a frame of the poisoned source (a bug that one input triggers)."""
+
+    poison: tuple[int, int, int] | None = None
+
+    def process_batch(self, jobs: Sequence[FakeFrameJob]) -> list[np.ndarray]:
+        if any(job.source is not None and job.source.colour == self.poison for job in jobs):
+            raise RuntimeError("pipeline step failed on this face")
+        return super().process_batch(jobs)
+
+
+async def _until(condition: Callable[[], bool], timeout_s: float) -> float:
+    """Seconds until `condition()` held (polled every 20 ms); TimeoutError after `timeout_s`."""
+    started = time.monotonic()
+    async with asyncio.timeout(timeout_s):
+        while not condition():
+            await asyncio.sleep(0.02)
+    return time.monotonic() - started
+
+
+async def _fps(client: PeerClient, seconds: float) -> float:
+    before = len(client.received)
+    await asyncio.sleep(seconds)
+    return (len(client.received) - before) / seconds
+
+
+def _decoder_threads() -> int:
+    return sum(1 for thread in threading.enumerate() if thread.name == "video-decoder")
+
+
+def _session(registry: SessionRegistry, session_id: str | None) -> PeerSession:
+    assert session_id is not None
+    session = registry.get(session_id)
+    assert session is not None
+    return session
+
+
+def _assert_released(session: PeerSession, worker: BatchWorker | None) -> None:
+    """What a closed session held is let go: worker lane (mailbox), peer connection, tracks."""
+    assert worker is not None and session.session_id not in worker.lane_ids
+    stats = session.stats()
+    assert stats["connection_state"] == "closed", stats
+    frames_out = stats["frames_out"]
+    assert session.stats()["frames_out"] == frames_out
+
+
+async def test_one_sessions_failing_pipeline_step_ends_only_that_session(media_dir: Path) -> None:
+    pipeline = PoisonedPipeline(poison=source_colour(decoded_photo(media_dir, POISON_SOURCE)))
+    config = DaemonConfig(ice_addresses=(LOOPBACK,), idle_timeout_s=3.0)
+    frame = camera_frame(media_dir)
+    async with (
+        running_daemon(fake_binding(pipeline), config) as (url, engine),
+        PeerClient(url, frame, fps=FPS) as healthy,
+        PeerClient(url, frame, fps=FPS) as other,
+        PeerClient(url, frame, fps=FPS) as doomed,
+    ):
+        registry = engine.registry
+        assert registry is not None
+        for client in (healthy, other):
+            await client.upload_source((media_dir / GOOD_SOURCE).read_bytes())
+        await healthy.wait_for_frames(30, timeout=10)
+        baseline_fps = await _fps(healthy, 1.0)
+        doomed_session = _session(registry, doomed.session_id)
+        decoders_before = _decoder_threads()
+        await doomed.upload_source((media_dir / POISON_SOURCE).read_bytes())
+
+        during = asyncio.create_task(_fps(healthy, 1.5))
+        gone_after = await _until(lambda: registry.get(str(doomed.session_id)) is None, CLEANUP_BOUND_S)
+        fps_during = await during
+        fps_after = await _fps(other, 1.5)
+        assert len(registry) == 2 and registry.get(str(healthy.session_id)) is not None
+        _assert_released(doomed_session, engine.worker)
+        assert _decoder_threads() <= decoders_before - 1  # its server-side decoder thread is gone
+    assert gone_after < CLEANUP_BOUND_S
+    assert baseline_fps > 0.6 * FPS, baseline_fps
+    assert fps_during > 0.6 * FPS and fps_after > 0.6 * FPS, (baseline_fps, fps_during, fps_after)
+
+
+VANISHING_CLIENT = """
+import asyncio, sys
+import numpy as np
+from web.peer_client import PeerClient
+
+async def main(url: str) -> None:
+    frame = np.random.default_rng(0).integers(0, 255, (480, 640, 3), dtype=np.uint8)
+    async with PeerClient(url, frame) as client:
+        await client.wait_for_frames(5, timeout=30)
+        print(client.session_id, flush=True)
+        await asyncio.sleep(3600)
+
+asyncio.run(main(sys.argv[1]))
+"""
+
+
+async def test_a_killed_client_is_cleaned_up_within_5_s_and_others_keep_their_rate(media_dir: Path) -> None:
+    config = DaemonConfig(ice_addresses=(LOOPBACK,), idle_timeout_s=2.0)
+    frame = camera_frame(media_dir)
+    async with (
+        running_daemon(fake_binding(), config) as (url, engine),
+        PeerClient(url, frame, fps=FPS) as survivor,
+    ):
+        registry = engine.registry
+        assert registry is not None
+        await survivor.upload_source((media_dir / GOOD_SOURCE).read_bytes())
+        await survivor.wait_for_frames(10, timeout=10)
+        decoders_before = _decoder_threads()
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", VANISHING_CLIENT, url, cwd=REPO_ROOT, stdout=asyncio.subprocess.PIPE
+        )
+        try:
+            assert process.stdout is not None
+            session_id = (await asyncio.wait_for(process.stdout.readline(), 30)).decode().strip()
+            vanished = _session(registry, session_id)
+            assert _decoder_threads() == decoders_before + 1
+        finally:
+            os.kill(process.pid, signal.SIGKILL)  # no BYE, no DTLS close: the peer just vanishes
+            await process.wait()
+        during = asyncio.create_task(_fps(survivor, 2.0))
+        gone_after = await _until(
+            lambda: registry.get(session_id) is None and _decoder_threads() == decoders_before,
+            CLEANUP_BOUND_S,
+        )
+        fps_during = await during
+        _assert_released(vanished, engine.worker)
+        assert len(registry) == 1
+    assert gone_after < CLEANUP_BOUND_S
+    assert fps_during > 0.6 * FPS, fps_during
+
+
+class MangledFrame:
+    """What a frame the decoder got wrong looks like to the worker: conversion raises."""
+
+    pts = 0
+    time_base = None
+
+    def to_ndarray(self, format: str) -> np.ndarray:
+        raise ValueError("Conversion to numpy array with format `rgb24` is not yet supported for mangled")
+
+
+def _frame(pts: int) -> InboundFrame:
+    video_frame = av.VideoFrame.from_ndarray(np.full((96, 128, 3), 90, np.uint8), format="rgb24")
+    video_frame.pts = pts
+    video_frame.time_base = fractions.Fraction(1, 90_000)
+    return InboundFrame(video_frame, time.monotonic())
+
+
+class Delivered:
+    def __init__(self) -> None:
+        self.outputs: list[av.VideoFrame] = []
+        self.event = threading.Event()
+
+    def __call__(self, item: InboundFrame, output: av.VideoFrame) -> None:
+        self.outputs.append(output)
+        self.event.set()
+
+
+async def test_mangled_frames_drop_and_end_only_their_session() -> None:
+    failed: list[tuple[str, str]] = []
+    worker = BatchWorker(
+        fake_binding(), on_lane_failed=lambda session_id, reason: failed.append((session_id, reason))
+    )
+    delivered = {name: Delivered() for name in ("good", "mangled")}
+    lanes = [WorkerLane(name, FakeStreamState(), FakeSwapSettings(), delivered[name]) for name in delivered]
+    for lane in lanes:
+        lane.source = FakeSource((1, 2, 3))
+    worker.start()
+    try:
+        for lane in lanes:
+            worker.attach(lane)
+        for index in range(MAX_LANE_FAILURES + 3):
+            lanes[0].mailbox.put(_frame(index))
+            lanes[1].mailbox.put(InboundFrame(MangledFrame(), time.monotonic()))  # type: ignore[arg-type]
+            await _until(lambda index=index: worker.batches > index, 2.0)  # type: ignore[misc]
+    finally:
+        await worker.close()
+    assert worker.error is None
+    assert len(delivered["good"].outputs) == MAX_LANE_FAILURES + 3 and not delivered["mangled"].outputs
+    assert [session_id for session_id, _ in failed] == ["mangled"]  # reported once
+    assert "ValueError" in failed[0][1] and lanes[0].failures == 0
+
+
+@dataclass
+class SmallMemoryPipeline(FakePipeline):
+    """Runs out of memory above `fits` frames per batch, with ONNX Runtime's message."""
+
+    fits: int = 2
+
+    def process_batch(self, jobs: Sequence[FakeFrameJob]) -> list[np.ndarray]:
+        if len(jobs) > self.fits:
+            self.batch_sizes.append(len(jobs))
+            raise RuntimeError(
+                "[ONNXRuntimeError] : 6 : RUNTIME_EXCEPTION : Non-zero status code returned while running Conv node."
+                " Failed to allocate memory for requested buffer of size 268435456"
+            )
+        return super().process_batch(jobs)
+
+
+async def test_out_of_memory_halves_the_batch_bucket_and_every_frame_is_still_swapped(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    pipeline = SmallMemoryPipeline(fits=2)
+    worker = BatchWorker(fake_binding(pipeline), policy=BatchPolicy(buckets=(1, 2, 4, 8)))
+    delivered = [Delivered() for _ in range(4)]
+    lanes = [WorkerLane(f"s{i}", FakeStreamState(), FakeSwapSettings(), delivered[i]) for i in range(4)]
+    for lane in lanes:
+        lane.source = FakeSource((250, 10, 10))
+    with caplog.at_level(logging.WARNING, logger="streamer.batch_worker"):
+        for lane in lanes:
+            lane.mailbox.put(_frame(0))  # all four wait before the worker starts: one batch of 4
+            worker.attach(lane)
+        worker.start()
+        try:
+            for sink in delivered:
+                assert await asyncio.to_thread(sink.event.wait, 5.0)
+        finally:
+            await worker.close()
+    assert worker.policy.largest == 2 and worker.policy.buckets == (1, 2)
+    assert pipeline.batch_sizes == [4, 2, 2]
+    for sink in delivered:
+        red = sink.outputs[0].to_ndarray(format="rgb24")[48, 64, 0]
+        assert red > 200, "the frame was swapped, not passed through"
+    assert any(getattr(record, "event", None) == "oom_batch_halved" for record in caplog.records)
+    assert all(lane.failures == 0 for lane in lanes)
+
+
+def test_out_of_memory_is_recognised_from_cupy_and_onnx_runtime() -> None:
+    class OutOfMemoryError(Exception):  # cupy.cuda.memory.OutOfMemoryError's name
+        pass
+
+    assert is_out_of_memory(OutOfMemoryError("Out of memory allocating 1,073,741,824 bytes"))
+    assert is_out_of_memory(RuntimeError("... Failed to allocate memory for requested buffer ..."))
+    assert not is_out_of_memory(RuntimeError("shape mismatch"))
+
+
+async def test_drain_refuses_new_sessions_and_closes_open_ones_within_the_bound(media_dir: Path) -> None:
+    config = DaemonConfig(ice_addresses=(LOOPBACK,), idle_timeout_s=3.0, drain_timeout_s=4.0)
+    app = create_app(config, lambda: fake_binding())
+    frame = camera_frame(media_dir)
+    async with serving_app(app) as url, PeerClient(url, frame) as first, PeerClient(url, frame) as second:
+        await first.wait_for_frames(5, timeout=10)
+        await second.wait_for_frames(5, timeout=10)
+        registry = app[ENGINE_KEY].registry
+        assert registry is not None and len(registry) == 2
+        started = time.monotonic()
+        await drain_sessions(app)
+        elapsed = time.monotonic() - started
+        assert len(registry) == 0 and elapsed < config.drain_timeout_s
+        async with aiohttp.ClientSession() as http:
+            offer = {"type": "offer", "sdp": str(first.answer_sdp)}
+            async with http.post(f"{url}/api/sessions", json=offer) as response:
+                assert response.status == 503 and "Retry-After" in response.headers
+                assert "shutting down" in (await response.json())["error"]
+            async with http.get(f"{url}/health") as response:
+                assert response.status == 200  # still answering while it drains
+        received = len(first.received)
+        await asyncio.sleep(0.5)
+        assert len(first.received) <= received + 2, "frames still arrive after the drain"
