@@ -3,7 +3,8 @@
 `WhipPublisher` behaves like OBS 30+: H264 + Opus only, an offer without candidates (stripped after
 gathering, end-of-candidates too), no PATCH, DELETE at the end. `WhepViewer` sends a recvonly offer and
 reads the swapped video back, keeping the newest frames and the latency of clock stamps. ICE is
-restricted to 127.0.0.1 and the jitter-buffer fix is installed, like the daemon's.
+restricted to 127.0.0.1; the jitter-buffer fix and the x264 low-latency options are installed, like the
+daemon's.
 
     async with WhipPublisher(url, frame) as publisher, WhepViewer(url, publisher.session_id) as viewer:
         await viewer.wait_for_frames(30)
@@ -22,6 +23,7 @@ from aiortc import MediaStreamTrack, RTCConfiguration, RTCPeerConnection, RTCRtp
 from aiortc.mediastreams import AudioStreamTrack, MediaStreamError
 from av import VideoFrame
 
+from streamer.codec_tuning import install_codec_tuning
 from streamer.face import Frame
 from streamer.frame_stamp import STAMP_WIDTH, read_stamp
 from streamer.ice_addresses import restrict_ice_addresses
@@ -74,6 +76,7 @@ class _Endpoint:
     async def __aenter__(self) -> Self:
         restrict_ice_addresses(["127.0.0.1"])
         install_marker_release()
+        install_codec_tuning()  # x264 ultrafast + zerolatency, as OBS is set up for WHIP (docs/obs.md)
         self._http = aiohttp.ClientSession()
         self.pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
         try:
