@@ -16,7 +16,6 @@ offer has no candidates (OBS) is reached through the peer-reflexive candidates o
 import asyncio
 import hashlib
 import logging
-from collections import deque
 from pathlib import Path
 
 from aiohttp import web
@@ -38,7 +37,6 @@ SDP_CONTENT_TYPE = "application/sdp"
 TRICKLE_CONTENT_TYPE = "application/trickle-ice-sdpfrag"
 RETRY_AFTER_S = "5"
 LATEST_ALIAS = "latest"  # /view/latest, /whep/latest: the newest live WHIP stream
-WHIP_HISTORY = 64
 BAD_OFFER_ERRORS = (
     ValueError,
     KeyError,
@@ -51,11 +49,16 @@ BAD_OFFER_ERRORS = (
 
 
 class WhipState:
-    """The ids of WHIP sessions, newest last, and the decoded default source (read once)."""
+    """The ids of open WHIP sessions, newest last, and the decoded default source (read once)."""
 
     def __init__(self) -> None:
-        self.session_ids: deque[str] = deque(maxlen=WHIP_HISTORY)
+        self.session_ids: list[str] = []
         self.default_source: tuple[Frame, str] | None = None
+
+    def remember(self, session_id: str, registry: SessionRegistry) -> None:
+        """Add `session_id`, forgetting the ids of sessions that have ended since."""
+        self.session_ids = [known for known in self.session_ids if registry.get(known) is not None]
+        self.session_ids.append(session_id)
 
 
 WHIP_STATE_KEY = web.AppKey("whip_state", WhipState)
@@ -136,10 +139,10 @@ async def post_whip(request: web.Request) -> web.Response:
         return error_response(503, str(error), **{"Retry-After": RETRY_AFTER_S})
     except BAD_OFFER_ERRORS as error:
         return error_response(400, f"bad offer: {error}")
-    request.app[WHIP_STATE_KEY].session_ids.append(session.session_id)
-    await _apply_default_source(request.app, session)
+    request.app[WHIP_STATE_KEY].remember(session.session_id, registry)
+    await _apply_default_source(request.app, session)  # before the answer: no frame passes unswapped
     logger.info(
-        "session %s: WHIP publisher connected",
+        "session %s: WHIP stream answered",
         session.session_id,
         extra={"session_id": session.session_id, "event": "whip_started"},
     )
@@ -162,7 +165,7 @@ def _whip_session(request: web.Request) -> PeerSession | None:
 async def delete_whip(request: web.Request) -> web.Response:
     session = _whip_session(request)
     registry = ready_registry(request.app)
-    if session is None or registry is None or not await registry.end(session.session_id):
+    if session is None or registry is None or not await registry.end(session.session_id):  # ends all of it
         return error_response(404, f"no WHIP stream {request.match_info['session_id']!r}")
     return web.Response(status=200)
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from web.whip import parse_sdp_offer, parse_trickle_fragment
+from web.whip import WhipState, parse_sdp_offer, parse_trickle_fragment
 from web.whip_client import strip_candidates
 
 OFFER = (
@@ -42,3 +42,21 @@ def test_obs_like_offer_has_no_candidates() -> None:
     stripped = strip_candidates(OFFER)
     assert "a=candidate" not in stripped and "end-of-candidates" not in stripped
     assert "a=ice-ufrag:abcd" in stripped and parse_sdp_offer(stripped).sdp == stripped
+
+
+class _Registry:
+    def __init__(self, open_ids: set[str]) -> None:
+        self.open_ids = open_ids
+
+    def get(self, session_id: str) -> object | None:
+        return object() if session_id in self.open_ids else None
+
+
+def test_whip_ids_forget_ended_sessions() -> None:
+    state = WhipState()
+    registry = _Registry({"a", "b"})
+    for session_id in ("a", "b"):
+        state.remember(session_id, registry)  # type: ignore[arg-type]
+    registry.open_ids = {"b", "c"}  # "a" ended
+    state.remember("c", registry)  # type: ignore[arg-type]
+    assert state.session_ids == ["b", "c"]
