@@ -16,11 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import cv2
-import numpy as np
-
-from gpu_ops.errors import InvalidInputError
 from models.model_files import resolve_models_dir
+from streamer.bench_frames import SOURCE_PHOTO, TARGET_PHOTO, media_dir_from_args, panning_face_frames
 from streamer.face import Frame
 from streamer.file_swap import pipeline_config_from_args, settings_from_args
 from streamer.frame_pipeline import FrameJob, FramePipeline
@@ -28,9 +25,6 @@ from streamer.image_input import read_image_file
 from streamer.stage_timer import StageTimer
 
 logger = logging.getLogger(__name__)
-
-TARGET_PHOTO = "fr_obama.jpg"
-SOURCE_PHOTO = "fr_biden2.jpg"
 
 
 class TimedCalls:
@@ -54,27 +48,6 @@ class TimedCalls:
             return self._method(*args, **kwargs)
         finally:
             self._timer.record(self._stage, time.perf_counter() - started)
-
-
-def media_dir_from_args(args: argparse.Namespace) -> Path:
-    value = args.media_dir or os.environ.get("LIVEFUSE_MEDIA")
-    if not value:
-        raise InvalidInputError("bench needs face photos: pass --media-dir DIR or set LIVEFUSE_MEDIA")
-    return Path(value)
-
-
-def moving_face_frames(photo: Frame, width: int, height: int, count: int) -> list[Frame]:
-    """`count` frames of the photo scaled to fill width x height, panning a few px per frame like a webcam."""
-    scale = max(width / photo.shape[1], height / photo.shape[0]) * 1.1
-    scaled = cv2.resize(photo, None, fx=scale, fy=scale, interpolation=cv2.INTER_AREA)
-    spare_x, spare_y = scaled.shape[1] - width, scaled.shape[0] - height
-    frames = []
-    for index in range(count):
-        phase = 2 * np.pi * index / 90.0
-        x = int(spare_x / 2 + spare_x / 2 * 0.8 * np.sin(phase))
-        y = int(spare_y / 2 + spare_y / 2 * 0.5 * np.cos(phase))
-        frames.append(np.ascontiguousarray(scaled[y : y + height, x : x + width], dtype=np.uint8))
-    return frames
 
 
 def measure_pipeline(
@@ -129,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
         return run_soak(args)
     media = media_dir_from_args(args)
     pipeline = FramePipeline.load(resolve_models_dir(args.models_dir), pipeline_config_from_args(args))
-    frames = moving_face_frames(read_image_file(media / TARGET_PHOTO), args.width, args.height, args.frames)
+    frames = panning_face_frames(read_image_file(media / TARGET_PHOTO), args.width, args.height, args.frames)
     result = measure_pipeline(pipeline, frames, read_image_file(media / SOURCE_PHOTO), args)
     result.update(
         machine=f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",

@@ -19,11 +19,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import cv2
-import numpy as np
-
 from models.model_files import resolve_models_dir
-from streamer.bench import SOURCE_PHOTO, media_dir_from_args
+from streamer.bench_frames import SOURCE_PHOTO, TARGET_PHOTO, media_dir_from_args, panning_face_frames
 from streamer.daemon_process import DaemonProcess
 from streamer.face import Frame
 from streamer.image_input import read_image_file
@@ -35,10 +32,6 @@ FPS = 30.0
 DEFAULT_SECONDS = 10.0
 WARMUP_SECONDS = 2.0  # encoder ramp-up, source preparation and tracker lock-on are not steady state
 MOTION_FRAMES = 90  # one panning cycle (3 s), looped
-TARGET_PHOTO = "fr_obama.jpg"
-# YuNet's box of the face in TARGET_PHOTO (shared/models MANIFEST): frames are cut around it so the face
-# stays clear of the stamp strip at the top, which a swap would otherwise overwrite.
-TARGET_FACE_BOX = (371, 85, 607, 421)
 
 
 @dataclass(frozen=True)
@@ -97,25 +90,6 @@ def format_table(phases: list[PhaseResult], header: str) -> str:
             f"{phase.fps_received:>7.1f}{ms(phase.p50_ms)}{ms(phase.p95_ms)}{ms(phase.max_ms)}"
         )
     return "\n".join(lines)
-
-
-def panning_face_frames(photo: Frame, width: int, height: int, count: int) -> list[Frame]:
-    """`count` frames of TARGET_PHOTO's face, a third of the frame wide, panning like a handheld webcam."""
-    x1, y1, x2, y2 = TARGET_FACE_BOX
-    crop_width = min(3 * (x2 - x1), photo.shape[1])
-    crop_height = min(round(crop_width * height / width), photo.shape[0])
-    centre_x, centre_y = (x1 + x2) / 2, (y1 + y2) / 2
-    frames: list[Frame] = []
-    for index in range(count):
-        phase = 2 * np.pi * index / count
-        left = centre_x + 0.08 * crop_width * np.sin(phase) - crop_width / 2
-        top = centre_y + 0.04 * crop_height * np.cos(phase) - crop_height / 2
-        left = int(np.clip(left, 0, photo.shape[1] - crop_width))
-        top = int(np.clip(top, 0, photo.shape[0] - crop_height))
-        crop = photo[top : top + crop_height, left : left + crop_width]
-        scaled = cv2.resize(crop, (width, height), interpolation=cv2.INTER_AREA)
-        frames.append(np.ascontiguousarray(scaled, dtype=np.uint8))
-    return frames
 
 
 async def _measure_phase(client: PeerClient, name: str, seconds: float) -> PhaseResult:

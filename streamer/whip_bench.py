@@ -25,11 +25,11 @@ import aiohttp
 import numpy as np
 
 from models.model_files import resolve_models_dir
-from streamer.bench import SOURCE_PHOTO, media_dir_from_args
+from streamer.bench_frames import SOURCE_PHOTO, TARGET_PHOTO, media_dir_from_args, panning_face_frames
 from streamer.daemon_process import DaemonProcess
 from streamer.face import Frame
 from streamer.image_input import read_image_file
-from streamer.live_bench import MOTION_FRAMES, TARGET_PHOTO, WARMUP_SECONDS, panning_face_frames
+from streamer.live_bench import MOTION_FRAMES, WARMUP_SECONDS
 from web.whip_client import WhepViewer, WhipPublisher
 
 logger = logging.getLogger(__name__)

@@ -30,8 +30,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from streamer.bench_frames import panning_face_frames
 from streamer.face import Frame
-from streamer.live_bench import panning_face_frames
 
 logger = logging.getLogger(__name__)
 
