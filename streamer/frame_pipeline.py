@@ -198,6 +198,10 @@ class FramePipeline:
         largest = max(faces, key=lambda face: face.area)
         return self.reference_embedder.embed(image, largest.landmarks_5[None])[0]
 
+    def set_reference(self, stream: StreamState, image: Frame | None) -> None:
+        """Give one stream its reference face (None clears it); worker thread only, like every stream call."""
+        stream.reference_embedding = None if image is None else self.reference_embedding(image)
+
     def new_stream(
         self, reference_embedding: Embedding | None = None, detect_every: int | None = None
     ) -> StreamState:

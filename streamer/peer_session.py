@@ -79,6 +79,7 @@ class PeerSession:
         self._closed: asyncio.Future[None] | None = None
         self._ended = False
         self.source_info: SourceInfo | None = None
+        self.reference_sha256: str | None = None
         self.frames_in = 0
         self._in_stamps: deque[float] = deque()
         self._out_stamps: deque[float] = deque()
@@ -207,6 +208,18 @@ class PeerSession:
         logger.info("session %s: source set", self.session_id, extra={**self._extra, "event": "source_set"})
         return self.source_info
 
+    async def set_reference(self, image: Frame | None, sha256: str | None) -> None:
+        """Which face to swap with `face_selector="reference"`; NoFaceError when the photo is faceless."""
+        pipeline, lane = self._binding.pipeline, self._lane
+        await self._worker.call(lambda: pipeline.set_reference(lane.stream, image))
+        self.reference_sha256 = sha256
+        logger.info(
+            "session %s: reference %s",
+            self.session_id,
+            "set" if image is not None else "cleared",
+            extra={**self._extra, "event": "reference_set" if image is not None else "reference_cleared"},
+        )
+
     def clear_source(self) -> None:
         self._lane.source = None
         self.source_info = None
@@ -232,6 +245,7 @@ class PeerSession:
             "fps_out": _rate(self._out_stamps, now),
             "settings": asdict(self._lane.settings),
             "has_source": self._lane.source is not None,
+            "has_reference": self.reference_sha256 is not None,
             "connection_state": self._pc.connectionState if self._pc else "new",
             "viewers": self.outputs.viewer_count,
         }

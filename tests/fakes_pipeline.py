@@ -33,6 +33,7 @@ class FakeSwapSettings:
 @dataclass
 class FakeStreamState:
     frames: int = 0
+    reference: tuple[int, int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,12 @@ class FakePipeline:
     def new_stream(self) -> FakeStreamState:
         self._record_thread()
         return FakeStreamState()
+
+    def set_reference(self, stream: FakeStreamState, image: Frame | None) -> None:
+        self._record_thread()
+        if image is not None and float(image.std()) < 2.0:
+            raise NoFaceError("no face in the reference image (uniform picture)")
+        stream.reference = None if image is None else source_colour(image)
 
     def process_batch(self, jobs: Sequence[FakeFrameJob]) -> list[Frame]:
         self._record_thread()

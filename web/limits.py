@@ -96,7 +96,7 @@ def classify(request: web.Request, max_upload_bytes: int) -> RequestKind:
     resource = request.match_info.route.resource
     canonical = resource.canonical if resource is not None else request.path
     creates = request.method == "POST" and bool(SESSION_CREATION.match(canonical))
-    if request.method == "PUT" and canonical.endswith("/source"):
+    if request.method == "PUT" and canonical.endswith(("/source", "/reference")):
         return RequestKind(False, max_upload_bytes + MULTIPART_OVERHEAD_BYTES)
     if creates or request.content_type == SDP_CONTENT_TYPE:
         return RequestKind(creates, MAX_SDP_BYTES)

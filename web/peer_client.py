@@ -269,6 +269,15 @@ class PeerClient:
     async def clear_source(self) -> None:
         await self._request("DELETE", "/source")
 
+    async def upload_reference(self, image: bytes, content_type: str = "image/jpeg") -> dict[str, Any]:
+        """The face `face_selector: "reference"` picks out (PUT /api/sessions/{id}/reference)."""
+        status, body = await self._request(
+            "PUT", "/reference", data=image, headers={"Content-Type": content_type}
+        )
+        if status != 200:
+            raise ValueError(f"reference upload refused: {status} {body}")
+        return dict(body)
+
     async def patch_settings(self, changes: dict[str, Any]) -> dict[str, Any]:
         status, body = await self._request("PATCH", "/settings", json=changes)
         if status != 200:

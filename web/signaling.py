@@ -6,6 +6,7 @@ import asyncio
 import hashlib
 import json
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict
 from typing import Any
 
@@ -14,6 +15,7 @@ from aiortc import RTCSessionDescription
 from aiortc.exceptions import InternalError, InvalidAccessError, InvalidStateError, OperationError
 
 from gpu_ops.errors import InvalidInputError
+from streamer.face import Frame
 from streamer.image_input import ImageTooLargeError, UnsupportedImageError, decode_image
 from streamer.peer_session import PeerSession
 from streamer.session_registry import SessionLimitError, SessionRegistry
@@ -122,15 +124,21 @@ def _decode_source(data: bytes, max_bytes: int, max_pixels: int) -> tuple[Any, s
     return decode_image(data, max_bytes=max_bytes, max_pixels=max_pixels), hashlib.sha256(data).hexdigest()
 
 
-async def put_source(request: web.Request) -> web.Response:
-    session = _session(request)
-    max_bytes = request.app[CONFIG_KEY].max_upload_bytes
+async def _upload_image(request: web.Request) -> tuple[Frame, str]:
+    """The request's image, decoded off the loop under the upload limits."""
+    config = request.app[CONFIG_KEY]
+    data = await _read_image_bytes(request)
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(
+        None, _decode_source, data, config.max_upload_bytes, config.max_upload_pixels
+    )
+
+
+async def _image_route(request: web.Request, apply: Callable[[Frame, str], Awaitable[Any]]) -> web.Response:
+    """Shared by source and reference uploads: one error mapping for every bad image."""
     try:
-        data = await _read_image_bytes(request)
-        loop = asyncio.get_running_loop()
-        max_pixels = request.app[CONFIG_KEY].max_upload_pixels
-        image, sha256 = await loop.run_in_executor(None, _decode_source, data, max_bytes, max_pixels)
-        info = await session.set_source(image, sha256)
+        image, sha256 = await _upload_image(request)
+        result = await apply(image, sha256)
     except UnsupportedImageError as error:
         return _error(415, str(error))
     except ImageTooLargeError as error:
@@ -138,8 +146,33 @@ async def put_source(request: web.Request) -> web.Response:
     except (InvalidInputError, NoFaceError) as error:
         return _error(422, str(error))
     except web.HTTPRequestEntityTooLarge:
-        return _error(413, f"image is larger than {max_bytes} bytes")
-    return web.json_response({"source": asdict(info)})
+        return _error(413, f"image is larger than {request.app[CONFIG_KEY].max_upload_bytes} bytes")
+    return web.json_response(result)
+
+
+async def put_source(request: web.Request) -> web.Response:
+    session = _session(request)
+
+    async def apply(image: Frame, sha256: str) -> dict[str, Any]:
+        return {"source": asdict(await session.set_source(image, sha256))}
+
+    return await _image_route(request, apply)
+
+
+async def put_reference(request: web.Request) -> web.Response:
+    """The face that `face_selector: "reference"` swaps (faces within reference_distance of it)."""
+    session = _session(request)
+
+    async def apply(image: Frame, sha256: str) -> dict[str, Any]:
+        await session.set_reference(image, sha256)
+        return {"reference": {"sha256": sha256, "width": int(image.shape[1]), "height": int(image.shape[0])}}
+
+    return await _image_route(request, apply)
+
+
+async def delete_reference(request: web.Request) -> web.Response:
+    await _session(request).set_reference(None, None)
+    return web.Response(status=204)
 
 
 async def delete_source(request: web.Request) -> web.Response:
@@ -185,5 +218,7 @@ def add_routes(app: web.Application) -> None:
     app.router.add_delete("/api/sessions/{session_id}", delete_session)
     app.router.add_put("/api/sessions/{session_id}/source", put_source)
     app.router.add_delete("/api/sessions/{session_id}/source", delete_source)
+    app.router.add_put("/api/sessions/{session_id}/reference", put_reference)
+    app.router.add_delete("/api/sessions/{session_id}/reference", delete_reference)
     app.router.add_patch("/api/sessions/{session_id}/settings", patch_settings)
     app.router.add_post("/api/sessions/{session_id}/latency", post_latency)

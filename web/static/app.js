@@ -31,6 +31,7 @@ const ui = {
 // Everything one call owns; replaced on each start so a stopped call cannot leak into the next.
 let call = null;
 let sourceFile = null;
+let referenceFile = null;
 const dirtySettings = {}; // settings the user changed before a session existed
 const latency = new LatencyWindow();
 const stampReader = new StampReader($('stamp-canvas'));
@@ -179,6 +180,7 @@ async function startCall() {
     current.timer = setInterval(() => refreshStats(current), STATS_INTERVAL_MS);
     await syncSettings(current);
     if (sourceFile) await uploadSource(sourceFile);
+    if (referenceFile) await uploadReference(referenceFile);
   } catch (error) {
     showError(error.message);
     if (call === current) await stopCall();
@@ -297,6 +299,24 @@ async function clearSource() {
   }
 }
 
+/** The face `Faces: reference` swaps; kept and sent when a call starts, like the source. */
+async function uploadReference(file) {
+  const status = $('reference-status');
+  referenceFile = file;
+  const sessionId = call?.sessionId;
+  if (!sessionId) {
+    status.textContent = 'will be sent when the call starts';
+    return;
+  }
+  try {
+    await apiFetch(`/api/sessions/${sessionId}/reference`, { method: 'PUT', body: file, contentType: file.type });
+    status.textContent = 'reference set';
+  } catch (error) {
+    status.textContent = 'not accepted';
+    showError(error.status === 422 ? `No face found in "${file.name}": ${error.message}` : error.message);
+  }
+}
+
 // ---- settings ------------------------------------------------------------------------------------
 
 function readSetting(name) {
@@ -350,6 +370,10 @@ $('error-dismiss').addEventListener('click', clearError);
 ui.settingsForm.addEventListener('change', onSettingChanged);
 ui.sourceInput.addEventListener('change', () => chooseSource(ui.sourceInput.files[0]));
 ui.sourceClear.addEventListener('click', clearSource);
+$('reference-input').addEventListener('change', (event) => {
+  const file = event.target.files[0];
+  if (file) uploadReference(file);
+});
 ui.sourceDrop.addEventListener('dragover', (event) => {
   event.preventDefault();
   ui.sourceDrop.classList.add('dragging');

@@ -1,0 +1,46 @@
+"""`face_selector: "reference"` over a live call: only the face matching the session's reference photo is
+swapped (real models: YuNet, face mesh, dlib for identity)."""
+
+import asyncio
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from run_stream import build_parser
+from streamer.frame_stamp import STAMP_HEIGHT
+from tests.integration.daemon_harness import camera_frame, running_daemon
+from web.peer_client import PeerClient
+from web.serve import load_pipeline_binding
+
+
+async def _changed_halves(client: PeerClient, camera: np.ndarray) -> tuple[int, int]:
+    mark = len(client.received)
+    await client.wait_for_frames(mark + 12, timeout=25)
+    received = client.frames[-1][1].astype(np.int16)
+    changed = np.abs(received - camera.astype(np.int16)).mean(axis=2) > 40
+    changed[:STAMP_HEIGHT] = False
+    middle = camera.shape[1] // 2
+    return int(changed[:, :middle].sum()), int(changed[:, middle:].sum())
+
+
+@pytest.mark.slow
+async def test_reference_selects_which_face_is_swapped(models_dir: Path, media_dir: Path) -> None:
+    args = build_parser().parse_args(["serve", "--models-dir", str(models_dir), "--engine", "mesh"])
+    binding = await asyncio.to_thread(load_pipeline_binding, args)
+    camera = camera_frame(media_dir, "fr_two_people.jpg")  # Obama on the left, Biden on the right
+    async with running_daemon(binding) as (url, _engine):
+        async with PeerClient(url, camera, fps=10, keep_frames=1) as client:
+            await client.upload_source((media_dir / "fr_alex_lacamoire1.jpg").read_bytes(), "image/jpeg")
+            left, right = await _changed_halves(client, camera)
+            assert left > 1000 and right > 1000, "face_selector many: both faces are swapped"
+
+            reference = await client.upload_reference((media_dir / "fr_biden.jpg").read_bytes())
+            assert len(reference["reference"]["sha256"]) == 64
+            await client.patch_settings({"face_selector": "reference"})
+            left, right = await _changed_halves(client, camera)
+            assert right > 1000, "Biden matches the reference: his face is swapped"
+            assert left < right / 10, f"Obama does not match the reference ({left} vs {right} pixels changed)"
+
+            stats = await client.session_stats()
+            assert stats["has_reference"] is True
