@@ -9,6 +9,7 @@ Works with the permissive models: any detector with 5 points and the facemesh_46
 """
 
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal, get_args
@@ -24,6 +25,7 @@ from models import face_mesh_topology as topology
 from models.detector import Detector
 from models.landmarks import Landmarker
 from streamer.face import Frame, TrackedFace
+from streamer.stage_timer import StageTimer
 from streamer.swap_engines.base import EngineName, NoFaceError, SourceFace, SwapOptions
 from streamer.swap_engines.mesh_source import MeshSource, MeshSourceConfig, build_mesh_source, mouth_openness
 
@@ -56,6 +58,7 @@ class MeshEngine:
         self.detector = detector
         self.landmarker = landmarker
         self.config = config or MeshConfig()
+        self.timer = StageTimer()  # per-face "warp" and "blend" times, read by the bench
         if self.config.shading not in SHADING_METHODS:
             raise InvalidInputError(f"unknown shading {self.config.shading!r}; choose from {SHADING_METHODS}")
 
@@ -97,6 +100,7 @@ class MeshEngine:
         x1, y1, x2, y2 = box
         if x2 - x1 < 2 or y2 - y1 < 2:
             return box
+        started = time.perf_counter()
         origin = np.array([x1, y1], np.float32)
         dst_triangles = mesh[topology.ALL_TRIANGLES, :2] - origin
         field_ = build_remap(dst_triangles, source.src_triangles, (x2 - x1, y2 - y1))
@@ -116,8 +120,11 @@ class MeshEngine:
             lips = apply_remap(source.lips_mask, field_).astype(np.float32) * np.float32(1.0 / 255.0)
             alpha *= 1.0 - lips_weight * lips
         region = frame[y1:y2, x1:x2]
+        warped_at = time.perf_counter()
         patch = self.relight(patch, region, alpha)
         blend(region, patch, alpha)
+        self.timer.record("warp", warped_at - started)
+        self.timer.record("blend", time.perf_counter() - warped_at)
         return box
 
     def lips_weight(self, mesh: NDArray[np.float32], source: MeshSource) -> float:
