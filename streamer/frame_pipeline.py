@@ -284,6 +284,12 @@ class FramePipeline:
             reference_distance=job.settings.reference_distance,
         )
 
+    @property
+    def stage_timers(self) -> list[StageTimer]:
+        """Every timer whose stages the daemon exports: the pipeline's and the engines' own."""
+        engine_timers = [getattr(engine, "timer", None) for engine in self.engines.values()]
+        return [self.timer, *(timer for timer in engine_timers if isinstance(timer, StageTimer))]
+
     def describe(self) -> dict[str, str]:
         return {
             "engines": ",".join(sorted(self.engines)),

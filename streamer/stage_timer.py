@@ -6,6 +6,7 @@ A bounded deque per stage keeps memory flat however long a call runs.
 
 import threading
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,8 +31,15 @@ class StageTimer:
         self._samples: dict[str, deque[float]] = {}
         self._totals: dict[str, tuple[int, float]] = {}
         self._lock = threading.Lock()
+        self._listeners: list[Callable[[str, float], None]] = []
+
+    def add_listener(self, listener: Callable[[str, float], None]) -> None:
+        """Also hand every sample to `listener(stage, seconds)` (the daemon's stage histogram)."""
+        self._listeners.append(listener)
 
     def record(self, stage: str, seconds: float) -> None:
+        for listener in self._listeners:
+            listener(stage, seconds)
         with self._lock:
             self._samples.setdefault(stage, deque(maxlen=self._window)).append(seconds)
             count, total = self._totals.get(stage, (0, 0.0))

@@ -88,6 +88,9 @@ class DaemonEngine:
         self.registry = SessionRegistry(self.config.max_sessions, self._create_session, self.metrics)
         for key, value in description.items():
             self.metrics.model_info.set(1, key=key, value=value)
+        stage_histogram = self.metrics.stage_seconds
+        for timer in getattr(binding.pipeline, "stage_timers", []):  # pipeline-internal stages
+            timer.add_listener(lambda stage, seconds: stage_histogram.observe(seconds, stage=stage))
         elapsed = loop.time() - started
         logger.info(
             "pipeline ready in %.1f s: %s",
