@@ -3,7 +3,7 @@
 Each decoder turns the raw outputs of ONE image (batch axis already removed) into candidate boxes,
 scores and 5 points in model-input pixels, keeps only scores >= threshold, and returns the points in
 InsightFace order (eye image-left, eye image-right, nose, mouth image-left, mouth image-right).
-NMS and the mapping back to frame pixels belong to `models.detector`. Formulas: ../shared MANIFEST.
+NMS and the mapping back to frame pixels belong to `models.detector`. Formulas: the models MANIFEST (docs/models.md says where the files come from).
 """
 
 from collections.abc import Callable, Mapping

@@ -32,7 +32,7 @@ FFHQ_512_TEMPLATE: tuple[tuple[float, float], ...] = (
     (201.26, 371.41),
     (313.09, 371.15),
 )
-# dlib face chip (150 px, padding 0.25) measured on 16 faces; see ../shared/models MANIFEST.
+# dlib face chip (150 px, padding 0.25) measured on 16 faces; see docs/models.md.
 DLIB_150_TEMPLATE: tuple[tuple[float, float], ...] = (
     (46.36, 46.43),
     (100.65, 46.07),

@@ -5,7 +5,7 @@ engine with one MeshConfig switch turned off (the cracks picture uses the classi
 warp instead). Only public-domain media is used: NASA's astronaut portrait, the official Obama and
 Biden portraits and a frame of the White House Hamilton clip.
 
-    python scripts/make_mesh_pictures.py --models-dir ../shared/models --media-dir ../shared/media
+    python scripts/make_mesh_pictures.py --models-dir MODELS_DIR --media-dir PHOTOS_DIR
 """
 
 import argparse
