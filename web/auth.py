@@ -16,11 +16,12 @@ import logging
 import re
 import ssl
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from aiohttp import web
+from aiohttp.typedefs import Handler, Middleware
 from aiohttp.web_urldispatcher import StaticResource
 
 from gpu_ops.errors import InvalidInputError
@@ -29,8 +30,6 @@ from web.app import ENGINE_KEY, DaemonConfig
 
 logger = logging.getLogger(__name__)
 
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-Middleware = Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]
 
 TOKEN_ENV = "LIVEFUSE_TOKEN"
 TOKEN_ID_KEY = web.RequestKey("token_id", str)

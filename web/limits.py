@@ -13,10 +13,11 @@ import logging
 import re
 import time
 import urllib.parse
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 
 from aiohttp import web
+from aiohttp.typedefs import Handler, Middleware
 
 from gpu_ops.errors import InvalidInputError
 from streamer.idle_reaper import IdleReaper, WatchedSession
@@ -24,8 +25,6 @@ from web.app import CONFIG_KEY, ENGINE_KEY, DaemonConfig
 
 logger = logging.getLogger(__name__)
 
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-Middleware = Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]
 
 MAX_SDP_BYTES = 64 * 1024  # a browser offer with audio, video and data is about 6 KB
 MAX_SDP_LINES = 1000
