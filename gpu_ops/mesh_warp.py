@@ -10,6 +10,11 @@ point: no cracks by construction. One `cv2.remap` then samples every channel (co
 Conventions: points are (x, y) pixels with pixel centres on integers (cv2.warpAffine/remap). Triangles
 whose target area is below `MIN_TRIANGLE_AREA` are skipped (their pixels belong to neighbours).
 Folded (negative-area) triangles are drawn first so the front-facing surface wins where they overlap.
+
+Device path (CuPy): `build_remap_gpu` rasterises with a port of the same OpenCV fill (one thread per
+triangle, the draw rank kept by atomicMax, so every pixel gets the same triangle as here) and fills the
+same float32 field; `apply_remap_gpu` reproduces cv2.remap's 1/32-px fixed point bit for bit
+(gpu_ops/kernels/mesh_warp.cu; checked on the host by tests/unit/gpu_ops/test_mesh_kernels_host_run.py).
 """
 
 import logging
@@ -19,7 +24,7 @@ import cv2
 import numpy as np
 from numpy.typing import NDArray
 
-from gpu_ops.backend import is_device_array, require_cupy
+from gpu_ops.backend import get_kernel, is_device_array, require_cupy
 from gpu_ops.errors import InvalidFrameError
 
 logger = logging.getLogger(__name__)
@@ -27,6 +32,7 @@ logger = logging.getLogger(__name__)
 MIN_TRIANGLE_AREA = 1e-3  # px^2 (twice the area, signed-area units)
 _SUBPIXEL_BITS = 4
 OUTSIDE = -1  # triangle id of pixels no triangle covers
+_BLOCK_2D = (32, 8, 1)
 
 TrianglePoints = NDArray[np.float32]  # [T,3,2] (x, y) per triangle corner
 RemapField = tuple[NDArray[np.float32], NDArray[np.float32]]  # map_x, map_y [h,w]
@@ -58,15 +64,24 @@ def rasterize_triangle_ids_cpu(dst_triangles: TrianglePoints, size: tuple[int, i
     """Id of the triangle covering each pixel of a (w, h) image, OUTSIDE where none does."""
     width, height = size
     ids = np.full((height, width), OUTSIDE, np.int32)
-    a, b, c = dst_triangles[:, 0], dst_triangles[:, 1], dst_triangles[:, 2]
-    twice_area = (b[:, 0] - a[:, 0]) * (c[:, 1] - a[:, 1]) - (b[:, 1] - a[:, 1]) * (c[:, 0] - a[:, 0])
-    fixed_point = np.round(dst_triangles * (1 << _SUBPIXEL_BITS)).astype(np.int32)
-    folded = np.flatnonzero(twice_area < -MIN_TRIANGLE_AREA)
-    front = np.flatnonzero(twice_area > MIN_TRIANGLE_AREA)
-    polygons = list(fixed_point)
-    for index in np.concatenate([folded, front]).tolist():
+    polygons = list(fixed_point_triangles(dst_triangles))
+    for index in triangle_draw_order(dst_triangles).tolist():
         cv2.fillConvexPoly(ids, polygons[index], index, cv2.LINE_8, _SUBPIXEL_BITS)
     return ids
+
+
+def triangle_draw_order(dst_triangles: TrianglePoints) -> NDArray[np.int32]:
+    """Ids of the triangles to draw, in drawing order: folded ones first, then front-facing; tiny ones never."""
+    a, b, c = dst_triangles[:, 0], dst_triangles[:, 1], dst_triangles[:, 2]
+    twice_area = (b[:, 0] - a[:, 0]) * (c[:, 1] - a[:, 1]) - (b[:, 1] - a[:, 1]) * (c[:, 0] - a[:, 0])
+    folded = np.flatnonzero(twice_area < -MIN_TRIANGLE_AREA)
+    front = np.flatnonzero(twice_area > MIN_TRIANGLE_AREA)
+    return np.concatenate([folded, front]).astype(np.int32)
+
+
+def fixed_point_triangles(dst_triangles: TrianglePoints) -> NDArray[np.int32]:
+    """Triangle corners in 1/16 px, [T,3,2] int32, as both rasterisers draw them."""
+    return np.round(dst_triangles * (1 << _SUBPIXEL_BITS)).astype(np.int32)
 
 
 def build_remap_cpu(
@@ -109,37 +124,93 @@ def warp_mesh_cpu(
     return apply_remap_cpu(texture, build_remap_cpu(dst_triangles, src_triangles, size))
 
 
-def build_remap(
+def build_remap_gpu(
     dst_triangles: TrianglePoints, src_triangles: TrianglePoints, size: tuple[int, int]
-) -> RemapField:
-    """Dispatcher: the field is built on the host (triangles are host data); see `build_remap_cpu`."""
+) -> Any:
+    """`build_remap_cpu` on the device: CuPy (map_x, map_y), the same triangle per pixel, the same floats.
+
+    Only the small per-triangle tables (draw order, 1/16-px corners, affines) are made on the host.
+    """
+    _check_triangles(dst_triangles, src_triangles)
+    cupy = require_cupy()
+    width, height = size
+    order = cupy.asarray(triangle_draw_order(dst_triangles))
+    corners = cupy.asarray(np.ascontiguousarray(fixed_point_triangles(dst_triangles)))
+    affines = cupy.asarray(
+        np.ascontiguousarray(triangle_affines(dst_triangles, src_triangles).reshape(-1, 6))
+    )
+    ranks = cupy.full((height, width), OUTSIDE, cupy.int32)
+    map_x = cupy.empty((height, width), cupy.float32)
+    map_y = cupy.empty((height, width), cupy.float32)
+    count = int(order.size)
+    if count:
+        rasterize = get_kernel("mesh_warp", "rasterize_triangles")
+        rasterize(((count + 127) // 128,), (128,), (corners, order, np.int32(count), ranks, np.int32(width), np.int32(height)))  # fmt: skip
+    fill = get_kernel("mesh_warp", "remap_field")
+    fill(
+        _grid(width, height),
+        _BLOCK_2D,
+        (ranks, order, affines, map_x, map_y, np.int32(width), np.int32(height)),
+    )
+    return map_x, map_y
+
+
+def apply_remap_gpu(texture: Any, field: Any) -> Any:
+    """`apply_remap_cpu` on the device (cv2.remap's 1/32-px fixed point, bit for bit); CuPy in and out."""
+    cupy = require_cupy()
+    texture = cupy.asarray(texture)
+    if (
+        texture.dtype != cupy.uint8
+        or texture.ndim not in (2, 3)
+        or (texture.ndim == 3 and texture.shape[2] > 4)
+    ):
+        raise InvalidFrameError(f"texture must be uint8 HxW or HxWxC, got {texture.dtype} {texture.shape}")
+    channels = 1 if texture.ndim == 2 else int(texture.shape[2])
+    if texture.strides[-1] != 1 or (texture.ndim == 3 and texture.strides[1] != channels):
+        texture = cupy.ascontiguousarray(texture)
+    map_x = cupy.ascontiguousarray(cupy.asarray(field[0], cupy.float32))
+    map_y = cupy.ascontiguousarray(cupy.asarray(field[1], cupy.float32))
+    height, width = map_x.shape
+    out = cupy.empty((height, width) if texture.ndim == 2 else (height, width, channels), cupy.uint8)
+    kernel = get_kernel("mesh_warp", "remap_bilinear")
+    kernel(
+        _grid(width, height), _BLOCK_2D,
+        (texture, np.int32(texture.strides[0]), np.int32(texture.shape[1]), np.int32(texture.shape[0]),
+         np.int32(channels), map_x, map_y, out, np.int32(width), np.int32(height)),
+    )  # fmt: skip
+    return out
+
+
+def build_remap(
+    dst_triangles: TrianglePoints,
+    src_triangles: TrianglePoints,
+    size: tuple[int, int],
+    *,
+    on_device: bool = False,
+) -> Any:
+    """Dispatcher: the field on the device (CuPy maps) when `on_device`, else `build_remap_cpu`."""
+    if on_device:
+        return build_remap_gpu(dst_triangles, src_triangles, size)
     return build_remap_cpu(dst_triangles, src_triangles, size)
 
 
-def apply_remap(texture: Any, field: RemapField) -> Any:
-    """Dispatcher: CuPy textures round-trip through the CPU mirror until a kernel exists (logged once)."""
-    if is_device_array(texture):
-        cupy = require_cupy()
-        _log_cpu_fallback_once()
-        return cupy.asarray(apply_remap_cpu(cupy.asnumpy(texture), field))
+def apply_remap(texture: Any, field: Any) -> Any:
+    """Dispatcher: the device kernel when the texture or the field is CuPy (the other is uploaded)."""
+    if is_device_array(texture) or is_device_array(field[0]):
+        return apply_remap_gpu(texture, field)
     return apply_remap_cpu(texture, field)
 
 
 def warp_mesh(
     texture: Any, src_triangles: TrianglePoints, dst_triangles: TrianglePoints, size: tuple[int, int]
 ) -> Any:
-    """Dispatcher of `warp_mesh_cpu` (build the field once, sample the texture once)."""
-    return apply_remap(texture, build_remap(dst_triangles, src_triangles, size))
+    """Dispatcher of `warp_mesh_cpu` (build the field once, sample the texture once; on the texture's device)."""
+    field = build_remap(dst_triangles, src_triangles, size, on_device=is_device_array(texture))
+    return apply_remap(texture, field)
 
 
-_fallback_logged = False
-
-
-def _log_cpu_fallback_once() -> None:
-    global _fallback_logged
-    if not _fallback_logged:
-        logger.info("mesh warp: no CuPy kernel yet; CuPy arrays use the CPU mirror")
-        _fallback_logged = True
+def _grid(width: int, height: int) -> tuple[int, int, int]:
+    return (width + _BLOCK_2D[0] - 1) // _BLOCK_2D[0], (height + _BLOCK_2D[1] - 1) // _BLOCK_2D[1], 1
 
 
 def _check_triangles(dst_triangles: TrianglePoints, src_triangles: TrianglePoints) -> None:

@@ -121,3 +121,24 @@ def test_warp_mesh_parity() -> None:
     result = cupy.asnumpy(warp_mesh(cupy.asarray(texture), src, points[triangles], (110, 110)))
     # tolerance: 1 level (bilinear rounding may differ between OpenCV's fixed point and a kernel)
     assert np.abs(result.astype(int) - expected.astype(int)).max() <= 1
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUPY_OK, reason=CUPY_REASON)
+def test_device_field_and_remap_equal_the_cpu_bit_for_bit() -> None:
+    import cupy
+
+    from gpu_ops.mesh_warp import apply_remap, apply_remap_cpu, build_remap
+
+    rng = np.random.default_rng(12)
+    texture = rng.integers(0, 256, (128, 128, 4), dtype=np.uint8)
+    points, triangles = grid_mesh(9, 9, 13.0, (4.5, 5.5), jitter=4.0, seed=6)
+    src = (points * 0.85 + 6.0)[triangles]
+    field = build_remap(points[triangles], src, (115, 118), on_device=True)
+    assert isinstance(field[0], cupy.ndarray)
+    expected = build_remap_cpu(points[triangles], src, (115, 118))
+    np.testing.assert_array_equal(cupy.asnumpy(field[0]), expected[0])
+    np.testing.assert_array_equal(cupy.asnumpy(field[1]), expected[1])
+    warped = apply_remap(cupy.asarray(texture), field)
+    assert isinstance(warped, cupy.ndarray)
+    np.testing.assert_array_equal(cupy.asnumpy(warped), apply_remap_cpu(texture, expected))

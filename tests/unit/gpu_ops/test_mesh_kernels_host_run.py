@@ -1,0 +1,171 @@
+"""The mesh engine's CUDA kernels, compiled as plain C++ with a tiny shim and run on the CPU.
+
+As tests/unit/gpu_ops/test_kernels_host_run.py: each thread of the launch grid is one loop iteration,
+atomics are plain read-modify-writes (threads run one after another). This checks the triangle
+rasteriser against cv2.fillConvexPoly pixel for pixel, the remap against cv2.remap bit for bit, and
+the other kernels against their CPU mirrors on every CI run. Skipped without g++.
+"""
+
+import ctypes
+import shutil
+import subprocess
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+
+from gpu_ops.kernels import kernel_source
+from gpu_ops.mesh_warp import (
+    OUTSIDE,
+    build_remap_cpu,
+    fixed_point_triangles,
+    rasterize_triangle_ids_cpu,
+    triangle_affines,
+    triangle_draw_order,
+)
+from tests.unit.gpu_ops.test_mesh_warp import grid_mesh
+
+COMPILER = shutil.which("g++")
+MESH_SOURCES = ("mesh_warp",)
+SHIM = r"""
+#include <cmath>
+struct dim3_ { int x, y, z; };
+static dim3_ blockIdx, blockDim, threadIdx;
+#define __global__
+#define __device__
+#define __forceinline__ inline
+static inline int atomicMax(int* address, int value) { int old = *address; if (value > old) *address = value; return old; }
+static inline int __float2int_rn(float v) { return (int)std::nearbyint(v); }
+#include "mesh_warp.cu"
+#define LAUNCH(GX, GY, BX, BY, CALL) blockDim = {BX, BY, 1}; \
+  for (int j = 0; j < GY; ++j) for (int i = 0; i < GX; ++i) \
+  for (int ty = 0; ty < BY; ++ty) for (int tx = 0; tx < BX; ++tx) { blockIdx = {i, j, 0}; threadIdx = {tx, ty, 0}; CALL; }
+extern "C" {
+void run_rasterize(int gx, const int* points, const int* order, int count, int* ranks, int w, int h) {
+  LAUNCH(gx, 1, 128, 1, rasterize_triangles(points, order, count, ranks, w, h)); }
+void run_remap_field(int gx, int gy, const int* ranks, const int* order, const float* affines, float* mx, float* my,
+    int w, int h) {
+  LAUNCH(gx, gy, 32, 8, remap_field(ranks, order, affines, mx, my, w, h)); }
+void run_remap_bilinear(int gx, int gy, const unsigned char* t, int tp, int tw, int th, int c, const float* mx,
+    const float* my, unsigned char* out, int w, int h) {
+  LAUNCH(gx, gy, 32, 8, remap_bilinear(t, tp, tw, th, c, mx, my, out, w, h)); }
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def kernels(tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
+    if COMPILER is None:
+        pytest.skip("g++ not installed: kernels cannot be run on the host")
+    folder: Path = tmp_path_factory.mktemp("mesh_kernels")
+    for name in MESH_SOURCES:
+        (folder / f"{name}.cu").write_text(kernel_source(name))
+    (folder / "shim.cpp").write_text(SHIM)
+    library = folder / "libmeshkernels.so"
+    command = [
+        COMPILER,
+        "-O1",
+        "-ffp-contract=off",
+        "-fPIC",
+        "-shared",
+        "-o",
+        str(library),
+        str(folder / "shim.cpp"),
+    ]
+    subprocess.run(command, check=True, capture_output=True, timeout=120)
+    return ctypes.CDLL(str(library))
+
+
+def pointer(array: np.ndarray) -> ctypes.c_void_p:
+    return ctypes.c_void_p(array.ctypes.data)
+
+
+def grid(width: int, height: int) -> tuple[int, int]:
+    return (width + 31) // 32, (height + 7) // 8
+
+
+def kernel_triangle_ids(kernels: ctypes.CDLL, dst_triangles: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """Triangle id per pixel from the kernel's draw ranks (OUTSIDE where no triangle drew)."""
+    width, height = size
+    order = triangle_draw_order(dst_triangles)
+    corners = np.ascontiguousarray(fixed_point_triangles(dst_triangles))
+    ranks = np.full((height, width), OUTSIDE, np.int32)
+    kernels.run_rasterize((len(order) + 127) // 128, pointer(corners), pointer(order), len(order), pointer(ranks), width, height)  # fmt: skip
+    return np.where(ranks >= 0, order[np.maximum(ranks, 0)], OUTSIDE)
+
+
+def kernel_remap(kernels: ctypes.CDLL, dst: np.ndarray, src: np.ndarray, size: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    width, height = size
+    order = triangle_draw_order(dst)
+    corners = np.ascontiguousarray(fixed_point_triangles(dst))
+    affines = np.ascontiguousarray(triangle_affines(dst, src).reshape(-1, 6))
+    ranks = np.full((height, width), OUTSIDE, np.int32)
+    kernels.run_rasterize((len(order) + 127) // 128, pointer(corners), pointer(order), len(order), pointer(ranks), width, height)  # fmt: skip
+    map_x = np.zeros((height, width), np.float32)
+    map_y = np.zeros((height, width), np.float32)
+    kernels.run_remap_field(*grid(width, height), pointer(ranks), pointer(order), pointer(affines), pointer(map_x), pointer(map_y), width, height)  # fmt: skip
+    return map_x, map_y
+
+
+def random_triangles(rng: np.random.Generator, count: int, size: tuple[int, int]) -> np.ndarray:
+    """Triangles of every kind: large and thin, both windings, some reaching outside the image, one degenerate."""
+    width, height = size
+    centres = rng.uniform([-10, -10], [width + 10, height + 10], (count, 1, 2))
+    triangles = (centres + rng.normal(0, 12, (count, 3, 2))).astype(np.float32)
+    triangles[0] = [[3, 3], [9, 9], [15, 15]]  # collinear: never drawn
+    triangles[1] = [[0.5, 0.5], [30.25, 2.0], [4.0, 27.75]]
+    triangles[2] = triangles[1, ::-1]  # the same triangle folded
+    return triangles
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_rasterizer_gives_every_pixel_the_cpu_triangle(kernels: ctypes.CDLL, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    size = (97, 83)
+    triangles = random_triangles(rng, 160, size)
+    expected = rasterize_triangle_ids_cpu(triangles, size)
+    assert len(np.unique(expected)) > 60  # overlapping triangles: the drawing order decides many pixels
+    np.testing.assert_array_equal(kernel_triangle_ids(kernels, triangles, size), expected)
+
+
+def test_rasterizer_matches_on_a_mesh_with_shared_edges(kernels: ctypes.CDLL) -> None:
+    points, triangles = grid_mesh(12, 14, 11.0, (3.3, 2.9), jitter=4.5, seed=4)
+    dst = points[triangles]
+    size = (130, 150)
+    np.testing.assert_array_equal(
+        kernel_triangle_ids(kernels, dst, size), rasterize_triangle_ids_cpu(dst, size)
+    )
+
+
+def test_remap_field_equals_the_cpu_field_bit_for_bit(kernels: ctypes.CDLL) -> None:
+    points, triangles = grid_mesh(10, 10, 12.0, (5.4, 6.1), jitter=4.0, seed=9)
+    rng = np.random.default_rng(3)
+    src_points = (points * 0.8 + rng.normal(0, 1.5, points.shape) + 7.0).astype(np.float32)
+    dst, src = points[triangles], src_points[triangles]
+    size = (121, 126)
+    expected_x, expected_y = build_remap_cpu(dst, src, size)
+    map_x, map_y = kernel_remap(kernels, dst, src, size)
+    assert (expected_x == -1).any() and (expected_x != -1).sum() > 8000
+    np.testing.assert_array_equal(map_x, expected_x)
+    np.testing.assert_array_equal(map_y, expected_y)
+
+
+@pytest.mark.parametrize("channels", [1, 3, 4])
+def test_remap_kernel_equals_cv2_remap_bit_for_bit(kernels: ctypes.CDLL, channels: int) -> None:
+    rng = np.random.default_rng(channels)
+    wide = rng.integers(0, 256, (90, 110, channels), dtype=np.uint8)
+    texture = wide[:, :100]  # pitched rows: 110 pixels apart
+    height, width = 70, 80
+    map_x = rng.uniform(-3.0, 103.0, (height, width)).astype(np.float32)
+    map_y = rng.uniform(-3.0, 93.0, (height, width)).astype(np.float32)
+    map_x[:4] = np.round(map_x[:4] * 32) / 32 + 1 / 64  # exact half steps: the rounding rule shows
+    map_x[4, :] = -1.0  # "outside the mesh"
+    packed = np.ascontiguousarray(texture if channels > 1 else texture[..., 0])
+    expected = cv2.remap(
+        packed, map_x, map_y, cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT, borderValue=0
+    )
+    out = np.zeros((height, width, channels), np.uint8)
+    kernels.run_remap_bilinear(*grid(width, height), pointer(texture), texture.strides[0], 100, 90, channels, pointer(map_x), pointer(map_y), pointer(out), width, height)  # fmt: skip
+    np.testing.assert_array_equal(out.reshape(expected.shape), expected)
+    assert (out[4] == 0).all()
