@@ -9,6 +9,7 @@ Two methods, both weighted by the paste mask so background, eyes and mouth do no
   It fixes the average tone only: the source's own lighting stays, so a face lit from the left pasted
   on a face lit from the right looks like a mask. Kept as the baseline and for flat-lit inputs.
 Inputs are uint8 H x W x 3 RGB of the same size and a float32 H x W weight map; output uint8.
+`match_shading` has a CuPy path (gpu_ops/kernels/color_transfer.cu); the Lab transfer round-trips.
 """
 
 import logging
@@ -18,7 +19,7 @@ import cv2
 import numpy as np
 from numpy.typing import NDArray
 
-from gpu_ops.backend import is_device_array, require_cupy
+from gpu_ops.backend import get_kernel, is_device_array, require_cupy
 from gpu_ops.errors import InvalidFrameError
 
 logger = logging.getLogger(__name__)
@@ -90,14 +91,62 @@ def transfer_lab_statistics_cpu(patch: Image, reference: Image, weights: Weights
     return cv2.cvtColor(np.clip(matched + 0.5, 0, 255).astype(np.uint8), cv2.COLOR_LAB2RGB)
 
 
+def shading_gaussian() -> NDArray[np.float32]:
+    """The 1-D taps `_low_frequency`'s GaussianBlur (sigma 1, float32 input) uses: 9 of them."""
+    return np.asarray(cv2.getGaussianKernel(9, 1.0, ktype=cv2.CV_32F), np.float32).ravel()
+
+
+def match_shading_gpu(patch: Any, reference: Any, weights: Any, *, cell_px: float = 16.0) -> Any:
+    """`match_shading_cpu` on the device (CuPy in and out; within 1 level of the CPU mirror).
+
+    `reference` may be a strided view (a box of the frame); nothing is copied to the host.
+    """
+    cupy = require_cupy()
+    patch, reference = _pixel_rows(cupy, patch), _pixel_rows(cupy, reference)
+    weights = cupy.ascontiguousarray(cupy.asarray(weights, cupy.float32))
+    _check(patch, reference, weights)
+    height, width = patch.shape[:2]
+    grid_width, grid_height = shading_grid((width, height), cell_px)
+    cells = cupy.empty((grid_height, grid_width, 7), cupy.float32)
+    ratio = cupy.empty((grid_height, grid_width, 3), cupy.float32)
+    out = cupy.empty((height, width, 3), cupy.uint8)
+    # cv2.resize's own scales: 1 / (dst / src), in double precision
+    area_x, area_y = 1.0 / (grid_width / width), 1.0 / (grid_height / height)
+    linear_x, linear_y = 1.0 / (width / grid_width), 1.0 / (height / grid_height)
+    cell_grid = ((grid_width + 15) // 16, (grid_height + 15) // 16, 1)
+    get_kernel("color_transfer", "shading_cells")(
+        cell_grid, (16, 16, 1),
+        (patch, np.int32(patch.strides[0]), reference, np.int32(reference.strides[0]), weights,
+         np.int32(weights.strides[0]), np.int32(width), np.int32(height), np.int32(grid_width),
+         np.int32(grid_height), np.float64(area_x), np.float64(area_y), cells),
+    )  # fmt: skip
+    gaussian = cupy.asarray(shading_gaussian())
+    low, high = SHADING_RATIO_LIMITS
+    get_kernel("color_transfer", "shading_ratio")(
+        cell_grid, (16, 16, 1),
+        (cells, np.int32(grid_width), np.int32(grid_height), gaussian, np.int32(gaussian.size),
+         np.float32(low), np.float32(high), np.float32(_RATIO_OFFSET), ratio),
+    )  # fmt: skip
+    get_kernel("color_transfer", "apply_shading")(
+        ((width + 31) // 32, (height + 7) // 8, 1), (32, 8, 1),
+        (patch, np.int32(patch.strides[0]), ratio, np.int32(grid_width), np.int32(grid_height),
+         np.float64(linear_x), np.float64(linear_y), out, np.int32(width), np.int32(height)),
+    )  # fmt: skip
+    return out
+
+
+def _pixel_rows(cupy: Any, image: Any) -> Any:
+    """`image` as a CuPy uint8 array whose rows hold packed pixels (row pitch free)."""
+    image = cupy.asarray(image)
+    if image.ndim == 3 and (image.strides[2] != 1 or image.strides[1] != image.shape[2]):
+        image = cupy.ascontiguousarray(image)
+    return image
+
+
 def match_shading(patch: Any, reference: Any, weights: Any, *, cell_px: float = 16.0) -> Any:
-    """Dispatcher: CuPy input round-trips through the CPU mirror (a coarse grid; small transfers)."""
+    """Dispatcher: `match_shading_gpu` for CuPy input, else `match_shading_cpu`."""
     if is_device_array(patch):
-        cupy = require_cupy()
-        host = match_shading_cpu(
-            cupy.asnumpy(patch), cupy.asnumpy(reference), cupy.asnumpy(weights), cell_px=cell_px
-        )
-        return cupy.asarray(host)
+        return match_shading_gpu(patch, reference, weights, cell_px=cell_px)
     return match_shading_cpu(patch, reference, weights, cell_px=cell_px)
 
 

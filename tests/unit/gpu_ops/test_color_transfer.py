@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 from numpy.typing import NDArray
 
+from gpu_ops.backend import cupy_available
 from gpu_ops.color_transfer import (
     match_shading,
     match_shading_cpu,
@@ -14,6 +15,7 @@ from gpu_ops.color_transfer import (
 from gpu_ops.errors import InvalidFrameError
 
 SIZE = 160
+CUPY_OK, CUPY_REASON = cupy_available()
 
 
 def detail(seed: int) -> NDArray[np.float32]:
@@ -90,3 +92,22 @@ def test_mismatched_inputs_raise_and_dispatcher_matches_cpu() -> None:
     np.testing.assert_array_equal(
         match_shading(patch, reference, weights), match_shading_cpu(patch, reference, weights)
     )
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUPY_OK, reason=CUPY_REASON)
+def test_match_shading_on_the_device_is_within_one_level() -> None:
+    import cupy
+
+    patch = render(detail(1), light(1.0, (1.0, 0.8, 0.7)))
+    frame = np.zeros((SIZE + 8, SIZE + 12, 3), np.uint8)
+    frame[4 : 4 + SIZE, 6 : 6 + SIZE] = render(detail(2), light(-1.0, (0.9, 0.85, 0.8)))
+    weights = np.zeros((SIZE, SIZE), np.float32)
+    cv2.circle(weights, (SIZE // 2, SIZE // 2), SIZE // 3, 1.0, -1)
+    expected = match_shading_cpu(patch, frame[4 : 4 + SIZE, 6 : 6 + SIZE].copy(), weights, cell_px=14.0)
+    device_frame = cupy.asarray(frame)
+    result = match_shading(
+        cupy.asarray(patch), device_frame[4 : 4 + SIZE, 6 : 6 + SIZE], cupy.asarray(weights), cell_px=14.0
+    )
+    assert isinstance(result, cupy.ndarray)
+    assert np.abs(cupy.asnumpy(result).astype(int) - expected).max() <= 1

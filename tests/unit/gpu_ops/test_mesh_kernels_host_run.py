@@ -15,6 +15,13 @@ import cv2
 import numpy as np
 import pytest
 
+from gpu_ops.color_transfer import (
+    _RATIO_OFFSET,
+    SHADING_RATIO_LIMITS,
+    match_shading_cpu,
+    shading_gaussian,
+    shading_grid,
+)
 from gpu_ops.kernels import kernel_source
 from gpu_ops.mesh_warp import (
     OUTSIDE,
@@ -27,7 +34,7 @@ from gpu_ops.mesh_warp import (
 from tests.unit.gpu_ops.test_mesh_warp import grid_mesh
 
 COMPILER = shutil.which("g++")
-MESH_SOURCES = ("mesh_warp",)
+MESH_SOURCES = ("mesh_warp", "color_transfer")
 SHIM = r"""
 #include <cmath>
 struct dim3_ { int x, y, z; };
@@ -38,6 +45,7 @@ static dim3_ blockIdx, blockDim, threadIdx;
 static inline int atomicMax(int* address, int value) { int old = *address; if (value > old) *address = value; return old; }
 static inline int __float2int_rn(float v) { return (int)std::nearbyint(v); }
 #include "mesh_warp.cu"
+#include "color_transfer.cu"
 #define LAUNCH(GX, GY, BX, BY, CALL) blockDim = {BX, BY, 1}; \
   for (int j = 0; j < GY; ++j) for (int i = 0; i < GX; ++i) \
   for (int ty = 0; ty < BY; ++ty) for (int tx = 0; tx < BX; ++tx) { blockIdx = {i, j, 0}; threadIdx = {tx, ty, 0}; CALL; }
@@ -50,6 +58,12 @@ void run_remap_field(int gx, int gy, const int* ranks, const int* order, const f
 void run_remap_bilinear(int gx, int gy, const unsigned char* t, int tp, int tw, int th, int c, const float* mx,
     const float* my, unsigned char* out, int w, int h) {
   LAUNCH(gx, gy, 32, 8, remap_bilinear(t, tp, tw, th, c, mx, my, out, w, h)); }
+void run_shading(const unsigned char* p, int pp, const unsigned char* r, int rp, const float* wt, int wp, int w, int h,
+    int gw, int gh, double ax, double ay, double lx, double ly, const float* gauss, float lo, float hi, float off,
+    float* cells, float* ratio, unsigned char* out) {
+  LAUNCH((gw + 15) / 16, (gh + 15) / 16, 16, 16, shading_cells(p, pp, r, rp, wt, wp, w, h, gw, gh, ax, ay, cells));
+  LAUNCH((gw + 15) / 16, (gh + 15) / 16, 16, 16, shading_ratio(cells, gw, gh, gauss, 9, lo, hi, off, ratio));
+  LAUNCH((w + 31) / 32, (h + 7) / 8, 32, 8, apply_shading(p, pp, ratio, gw, gh, lx, ly, out, w, h)); }
 }
 """
 
@@ -169,3 +183,45 @@ def test_remap_kernel_equals_cv2_remap_bit_for_bit(kernels: ctypes.CDLL, channel
     kernels.run_remap_bilinear(*grid(width, height), pointer(texture), texture.strides[0], 100, 90, channels, pointer(map_x), pointer(map_y), pointer(out), width, height)  # fmt: skip
     np.testing.assert_array_equal(out.reshape(expected.shape), expected)
     assert (out[4] == 0).all()
+
+
+def lit_face(rng: np.random.Generator, size: tuple[int, int], light: tuple[float, float]) -> np.ndarray:
+    """A textured, side-lit RGB image: a smooth gradient times a skin tone plus pixel noise."""
+    width, height = size
+    ys, xs = np.mgrid[0:height, 0:width].astype(np.float32)
+    shade = 0.5 + light[0] * xs / width + light[1] * ys / height
+    tone = np.array([200, 150, 120], np.float32)
+    image = shade[..., None] * tone + rng.normal(0, 12, (height, width, 3))
+    return np.clip(image, 0, 255).astype(np.uint8)
+
+
+@pytest.mark.parametrize(("size", "cell_px"), [((123, 141), 16.0), ((96, 96), 12.0), ((200, 170), 13.7)])
+def test_shading_kernels_within_one_level_of_the_cpu(
+    kernels: ctypes.CDLL, size: tuple[int, int], cell_px: float
+) -> None:
+    rng = np.random.default_rng(size[0])
+    width, height = size
+    patch = lit_face(rng, size, (0.6, 0.1))
+    frame = np.zeros((height + 20, width + 30, 3), np.uint8)
+    frame[10 : 10 + height, 15 : 15 + width] = lit_face(rng, size, (-0.3, 0.4))
+    reference = frame[10 : 10 + height, 15 : 15 + width]  # a strided box of a frame, as in the engine
+    weights = np.zeros((height, width), np.float32)
+    cv2.ellipse(weights, (width // 2, height // 2), (width // 3, height // 2 - 4), 0, 0, 360, 1.0, -1)
+    weights = cv2.GaussianBlur(weights, (0, 0), 4.0)
+    expected = match_shading_cpu(patch, np.ascontiguousarray(reference), weights, cell_px=cell_px)
+    grid_width, grid_height = shading_grid(size, cell_px)
+    cells = np.zeros((grid_height, grid_width, 7), np.float32)
+    ratio = np.zeros((grid_height, grid_width, 3), np.float32)
+    out = np.zeros_like(patch)
+    gaussian = shading_gaussian()
+    doubles = [ctypes.c_double(v) for v in (1 / (grid_width / width), 1 / (grid_height / height), 1 / (width / grid_width), 1 / (height / grid_height))]  # fmt: skip
+    floats = [ctypes.c_float(v) for v in (*SHADING_RATIO_LIMITS, _RATIO_OFFSET)]
+    kernels.run_shading(
+        pointer(patch), patch.strides[0], pointer(reference), reference.strides[0], pointer(weights),
+        weights.strides[0], width, height, grid_width, grid_height, *doubles, pointer(gaussian), *floats,
+        pointer(cells), pointer(ratio), pointer(out),
+    )  # fmt: skip
+    difference = np.abs(out.astype(int) - expected)
+    assert np.abs(expected.astype(int) - patch).mean() > 5  # the relighting changes the patch
+    assert difference.max() <= 1
+    assert np.count_nonzero(difference) <= 1e-3 * difference.size
