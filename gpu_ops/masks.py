@@ -15,7 +15,7 @@ import cv2
 import numpy as np
 from numpy.typing import NDArray
 
-from gpu_ops.backend import is_device_array, require_cupy, to_host
+from gpu_ops.backend import get_kernel, is_device_array, require_cupy, to_host
 from gpu_ops.errors import InvalidFrameError
 
 logger = logging.getLogger(__name__)
@@ -29,13 +29,55 @@ def fill_polygons_cpu(size: tuple[int, int], polygons: Sequence[NDArray[np.float
     """A (w, h) mask with every polygon filled (255; the union where they overlap), vertices at 1/16 px."""
     width, height = size
     mask = np.zeros((height, width), np.uint8)
-    scaled = [
-        np.round(np.asarray(polygon, np.float64) * (1 << _SUBPIXEL_BITS)).astype(np.int32)
-        for polygon in polygons
-    ]
+    scaled = [_fixed_point(polygon) for polygon in polygons]
     for polygon in scaled:  # one call per polygon: a single fillPoly call would XOR the overlaps
         cv2.fillPoly(mask, [polygon], 255, cv2.LINE_8, shift=_SUBPIXEL_BITS)
     return mask
+
+
+def fill_polygons_gpu(size: tuple[int, int], polygons: Sequence[NDArray[np.floating]]) -> Any:
+    """`fill_polygons_cpu` as a CuPy mask, the same pixels (gpu_ops/kernels/masks.cu).
+
+    The kernels reproduce cv2.fillPoly exactly for polygons inside the image; OpenCV's clipping of
+    outline segments that leave the image is not reproduced, so a polygon with a vertex outside is
+    filled on the host and its (small, uint8) mask uploaded instead.
+    """
+    cupy = require_cupy()
+    width, height = size
+    scaled = [_fixed_point(polygon) for polygon in polygons]
+    if not all(_inside(polygon, width, height) for polygon in scaled):
+        return cupy.asarray(fill_polygons_cpu(size, polygons))
+    mask = cupy.zeros((height, width), cupy.uint8)
+    rows = get_kernel("masks", "polygon_rows")
+    outline = get_kernel("masks", "polygon_outline")
+    for polygon in scaled:
+        if len(polygon) == 0:
+            continue
+        points = cupy.asarray(np.ascontiguousarray(polygon.reshape(-1, 2)))
+        count = np.int32(len(points))
+        shape = (mask, np.int32(width), np.int32(width), np.int32(height))
+        rows(((height + 63) // 64,), (64,), (points, count, *shape))
+        outline(((len(points) + 63) // 64,), (64,), (points, count, *shape))
+    return mask
+
+
+def fill_polygons(
+    size: tuple[int, int], polygons: Sequence[NDArray[np.floating]], *, on_device: bool = False
+) -> Any:
+    """Dispatcher: a CuPy mask when `on_device` (see `fill_polygons_gpu`), else `fill_polygons_cpu`."""
+    if on_device:
+        return fill_polygons_gpu(size, polygons)
+    return fill_polygons_cpu(size, polygons)
+
+
+def _fixed_point(polygon: NDArray[np.floating]) -> NDArray[np.int32]:
+    return np.round(np.asarray(polygon, np.float64) * (1 << _SUBPIXEL_BITS)).astype(np.int32).reshape(-1, 2)
+
+
+def _inside(fixed_polygon: NDArray[np.int32], width: int, height: int) -> bool:
+    """Every vertex (as OpenCV rounds it) lies on a pixel of the image: no outline clipping happens."""
+    rounded = (fixed_polygon + (1 << (_SUBPIXEL_BITS - 1))) >> _SUBPIXEL_BITS
+    return bool(((rounded >= 0) & (rounded < np.array([width, height]))).all())
 
 
 def smoothstep(values: NDArray[np.float32]) -> NDArray[np.float32]:

@@ -3,17 +3,20 @@
 import numpy as np
 import pytest
 
+from gpu_ops.backend import cupy_available
 from gpu_ops.errors import InvalidFrameError
 from gpu_ops.masks import (
     blend,
     blend_cpu,
     feather_inside_cpu,
     feather_outside_cpu,
+    fill_polygons,
     fill_polygons_cpu,
     skin_mask_cpu,
     smoothstep,
 )
 
+CUPY_OK, CUPY_REASON = cupy_available()
 SQUARE = np.array([[20, 20], [79, 20], [79, 79], [20, 79]], np.float32)
 
 
@@ -104,3 +107,16 @@ def test_blend_dispatcher_matches_cpu_and_checks_shapes() -> None:
     np.testing.assert_array_equal(region, expected)
     with pytest.raises(InvalidFrameError):
         blend_cpu(region, patch[:5], alpha)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUPY_OK, reason=CUPY_REASON)
+def test_fill_polygons_on_the_device_fills_the_same_pixels() -> None:
+    import cupy
+
+    inside = np.array([[10.3, 12.1], [40.7, 8.9], [35.2, 30.4], [22.6, 18.8], [12.4, 33.3]], np.float32)
+    leaving = inside + np.array([30.0, 0.0], np.float32)  # reaches past the right edge: host fill
+    for polygons in ([inside], [inside, leaving]):
+        result = fill_polygons((56, 40), polygons, on_device=True)
+        assert isinstance(result, cupy.ndarray)
+        np.testing.assert_array_equal(cupy.asnumpy(result), fill_polygons_cpu((56, 40), polygons))

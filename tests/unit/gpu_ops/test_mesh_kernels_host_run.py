@@ -23,6 +23,7 @@ from gpu_ops.color_transfer import (
     shading_grid,
 )
 from gpu_ops.kernels import kernel_source
+from gpu_ops.masks import fill_polygons_cpu
 from gpu_ops.mesh_warp import (
     OUTSIDE,
     build_remap_cpu,
@@ -34,7 +35,7 @@ from gpu_ops.mesh_warp import (
 from tests.unit.gpu_ops.test_mesh_warp import grid_mesh
 
 COMPILER = shutil.which("g++")
-MESH_SOURCES = ("mesh_warp", "color_transfer")
+MESH_SOURCES = ("mesh_warp", "color_transfer", "masks")
 SHIM = r"""
 #include <cmath>
 struct dim3_ { int x, y, z; };
@@ -46,6 +47,7 @@ static inline int atomicMax(int* address, int value) { int old = *address; if (v
 static inline int __float2int_rn(float v) { return (int)std::nearbyint(v); }
 #include "mesh_warp.cu"
 #include "color_transfer.cu"
+#include "masks.cu"
 #define LAUNCH(GX, GY, BX, BY, CALL) blockDim = {BX, BY, 1}; \
   for (int j = 0; j < GY; ++j) for (int i = 0; i < GX; ++i) \
   for (int ty = 0; ty < BY; ++ty) for (int tx = 0; tx < BX; ++tx) { blockIdx = {i, j, 0}; threadIdx = {tx, ty, 0}; CALL; }
@@ -64,6 +66,9 @@ void run_shading(const unsigned char* p, int pp, const unsigned char* r, int rp,
   LAUNCH((gw + 15) / 16, (gh + 15) / 16, 16, 16, shading_cells(p, pp, r, rp, wt, wp, w, h, gw, gh, ax, ay, cells));
   LAUNCH((gw + 15) / 16, (gh + 15) / 16, 16, 16, shading_ratio(cells, gw, gh, gauss, 9, lo, hi, off, ratio));
   LAUNCH((w + 31) / 32, (h + 7) / 8, 32, 8, apply_shading(p, pp, ratio, gw, gh, lx, ly, out, w, h)); }
+void run_fill_polygon(const int* points, int count, unsigned char* mask, int pitch, int w, int h) {
+  LAUNCH((h + 63) / 64, 1, 64, 1, polygon_rows(points, count, mask, pitch, w, h));
+  LAUNCH((count + 63) / 64, 1, 64, 1, polygon_outline(points, count, mask, pitch, w, h)); }
 }
 """
 
@@ -225,3 +230,32 @@ def test_shading_kernels_within_one_level_of_the_cpu(
     assert np.abs(expected.astype(int) - patch).mean() > 5  # the relighting changes the patch
     assert difference.max() <= 1
     assert np.count_nonzero(difference) <= 1e-3 * difference.size
+
+
+def random_polygon(rng: np.random.Generator, size: tuple[int, int], star: bool) -> np.ndarray:
+    """A star-shaped (lip-like) or a random, self-intersecting polygon with every vertex inside the image."""
+    width, height = size
+    count = int(rng.integers(3, 22))
+    if star:
+        angles = np.sort(rng.uniform(0, 2 * np.pi, count))
+        radii = rng.uniform(3, 18, count)
+        centre = rng.uniform(20, [width - 20, height - 20])
+        points = np.stack([centre[0] + radii * np.cos(angles), centre[1] + radii * np.sin(angles)], axis=1)
+    else:
+        points = rng.uniform(0, [width - 1, height - 1], (count, 2))
+    return points.astype(np.float32)
+
+
+@pytest.mark.parametrize("star", [True, False])
+def test_polygon_kernels_fill_the_pixels_cv2_fills(kernels: ctypes.CDLL, star: bool) -> None:
+    rng = np.random.default_rng(int(star))
+    size = (64, 52)
+    for _ in range(300):
+        polygon = random_polygon(rng, size, star)
+        expected = fill_polygons_cpu(size, [polygon])
+        fixed = np.ascontiguousarray(np.round(polygon.astype(np.float64) * 16).astype(np.int32))
+        wide = np.zeros((size[1], size[0] + 9), np.uint8)
+        mask = wide[:, : size[0]]  # pitched rows
+        kernels.run_fill_polygon(pointer(fixed), len(fixed), pointer(mask), wide.strides[0], *size)
+        np.testing.assert_array_equal(mask, expected)
+        assert not wide[:, size[0] :].any()
