@@ -17,9 +17,10 @@ from typing import Literal, get_args
 import numpy as np
 from numpy.typing import NDArray
 
+from gpu_ops.backend import get_array_module, is_device_array
 from gpu_ops.color_transfer import match_shading, transfer_lab_statistics
 from gpu_ops.errors import InvalidInputError
-from gpu_ops.masks import blend, fill_polygons_cpu
+from gpu_ops.masks import blend, fill_polygons
 from gpu_ops.mesh_warp import apply_remap, build_remap
 from models import face_mesh_topology as topology
 from models.detector import Detector
@@ -103,16 +104,17 @@ class MeshEngine:
         started = time.perf_counter()
         origin = np.array([x1, y1], np.float32)
         dst_triangles = mesh[topology.ALL_TRIANGLES, :2] - origin
-        field_ = build_remap(dst_triangles, source.src_triangles, (x2 - x1, y2 - y1))
+        on_device = is_device_array(frame)  # CuPy frame: field, warp, masks and blend stay on the device
+        field_ = build_remap(dst_triangles, source.src_triangles, (x2 - x1, y2 - y1), on_device=on_device)
         texture = source.texture_features_cut if options.mouth_mask else source.texture
         warped = apply_remap(texture, field_)
-        patch = np.ascontiguousarray(warped[..., :3])
+        patch = get_array_module(warped).ascontiguousarray(warped[..., :3])
         alpha = warped[..., 3].astype(np.float32) * np.float32(1.0 / 255.0)
         if options.mouth_mask:
             # the soft cut travels with the texture; this hard zero covers target pixels inside the
             # inner-lip outline that the mesh gives to a curled lip triangle (mouth corners)
-            inner_mouth = fill_polygons_cpu(
-                (x2 - x1, y2 - y1), [mesh[list(topology.LIPS_INNER), :2] - origin]
+            inner_mouth = fill_polygons(
+                (x2 - x1, y2 - y1), [mesh[list(topology.LIPS_INNER), :2] - origin], on_device=on_device
             )
             alpha[inner_mouth > 0] = 0.0
         lips_weight = self.lips_weight(mesh, source)

@@ -13,6 +13,9 @@ LAUNCHED_KERNELS = {
     "colorspace": {"yuv420_to_rgb", "rgb_to_yuv420"},
     "affine_crop": {"warp_crop", "crop_faces"},
     "paste_back": {"paste_back"},
+    "mesh_warp": {"rasterize_triangles", "remap_field", "remap_bilinear"},
+    "masks": {"polygon_rows", "polygon_outline"},
+    "color_transfer": {"shading_cells", "shading_ratio", "apply_shading"},
 }
 
 

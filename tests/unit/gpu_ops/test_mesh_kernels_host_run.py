@@ -210,9 +210,9 @@ def test_shading_kernels_within_one_level_of_the_cpu(
     frame = np.zeros((height + 20, width + 30, 3), np.uint8)
     frame[10 : 10 + height, 15 : 15 + width] = lit_face(rng, size, (-0.3, 0.4))
     reference = frame[10 : 10 + height, 15 : 15 + width]  # a strided box of a frame, as in the engine
-    weights = np.zeros((height, width), np.float32)
-    cv2.ellipse(weights, (width // 2, height // 2), (width // 3, height // 2 - 4), 0, 0, 360, 1.0, -1)
-    weights = cv2.GaussianBlur(weights, (0, 0), 4.0)
+    ellipse = np.zeros((height, width), np.float32)
+    cv2.ellipse(ellipse, (width // 2, height // 2), (width // 3, height // 2 - 4), 0, 0, 360, 1.0, -1)
+    weights = np.ascontiguousarray(cv2.GaussianBlur(ellipse, (0, 0), 4.0), np.float32)
     expected = match_shading_cpu(patch, np.ascontiguousarray(reference), weights, cell_px=cell_px)
     grid_width, grid_height = shading_grid(size, cell_px)
     cells = np.zeros((grid_height, grid_width, 7), np.float32)
