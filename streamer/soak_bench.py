@@ -11,6 +11,7 @@ threads and the glass-to-glass latency of the frames received in that window (fr
 import argparse
 import asyncio
 import ctypes
+import gc
 import json
 import logging
 import os
@@ -41,11 +42,11 @@ MAX_RSS_GROWTH_MB = 50.0
 # Idle figures are compared between the first window after warm-up (codecs, allocator arenas and the
 # default executor grow during the first calls) and the last one.
 MAX_FD_GROWTH = 4
-MAX_THREAD_GROWTH = 8  # idle native threads vary by a few (codec threads of the last calls); a leak of
-# one per call would add dozens per window
+MAX_THREAD_GROWTH = 4
 IDLE_WAIT_S = 15.0  # for every seat to hang up
 IDLE_SETTLE_S = 1.0  # thread and fd counts unchanged this long: teardown has finished
-MAX_LATENCY_DRIFT = 1.5  # later windows' median latency at most this times the earlier ones' (+ 2 frames)
+MAX_LATENCY_DRIFT = 2.0  # later windows' median latency at most this times the earlier ones' (+ 4 frames):
+# a shared CI machine moves it by that much; frames that queue instead of dropping move it by seconds
 
 FrameSource = Callable[[int], Frame]
 
@@ -121,7 +122,7 @@ class SoakResult:
         first, second = self.latency_halves_ms()
         frame_ms = 1000.0 / self.config.fps
         latency_flat = (
-            first is not None and second is not None and second <= first * MAX_LATENCY_DRIFT + 2 * frame_ms
+            first is not None and second is not None and second <= first * MAX_LATENCY_DRIFT + 4 * frame_ms
         )
         return {
             "rss_growth_under_50_mb": self.rss_growth_mb < MAX_RSS_GROWTH_MB,
@@ -246,9 +247,10 @@ async def _idle_reading(seats: _Seats) -> tuple[float, int, int]:
 
 
 async def _settled_reading() -> tuple[float, int, int]:
-    """Once the thread count held still for IDLE_SETTLE_S (closed codecs join their threads)."""
+    """After a cyclic GC, once thread and fd counts held still for IDLE_SETTLE_S."""
     loop = asyncio.get_running_loop()
     give_up = loop.time() + IDLE_WAIT_S
+    gc.collect()  # codec contexts of ended calls sit in reference cycles; freeing them joins their threads
     reading = process_resources()
     steady_since = loop.time()
     while loop.time() - steady_since < IDLE_SETTLE_S and loop.time() < give_up:
