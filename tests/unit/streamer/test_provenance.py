@@ -1,13 +1,20 @@
+import asyncio
 import datetime
+import fractions
 import json
 import logging
+import threading
+import time
 
+import av
 import numpy as np
 import pytest
 
 from gpu_ops.errors import InvalidInputError
+from streamer.batch_worker import BatchWorker, InboundFrame, WorkerLane
 from streamer.frame_stamp import STAMP_HEIGHT, STAMP_WIDTH, read_stamp, write_stamp
 from streamer.provenance import audit_record, check_label, draw_label, label_box, log_audit
+from tests.fakes_pipeline import FakeSource, FakeStreamState, FakeSwapSettings, face_box, fake_binding
 
 
 def _frame(width: int = 640, height: int = 480) -> np.ndarray:
@@ -80,3 +87,37 @@ def test_audit_line_is_structured_with_every_field(caplog: pytest.LogCaptureFixt
     assert entry.source_sha256 == "f" * 64 and entry.engine == "mesh"  # type: ignore[attr-defined]
     assert entry.time_utc == "2026-01-02T03:04:05.000+00:00"  # type: ignore[attr-defined]
     assert "0badf00d" in entry.getMessage() and json.dumps(entry.__dict__, default=str)
+
+
+async def test_the_worker_labels_swapped_frames_after_the_swap() -> None:
+    delivered: list[av.VideoFrame] = []
+    done = threading.Event()
+
+    def deliver(item: InboundFrame, output: av.VideoFrame) -> None:
+        delivered.append(output)
+        done.set()
+
+    worker = BatchWorker(fake_binding(), label="AI")
+    lane = WorkerLane("s", FakeStreamState(), FakeSwapSettings(), deliver)
+    lane.source = FakeSource((200, 30, 30))
+    rgb = np.full((480, 640, 3), 120, np.uint8)
+    video_frame = av.VideoFrame.from_ndarray(rgb, format="rgb24")
+    video_frame.pts, video_frame.time_base = 0, fractions.Fraction(1, 90_000)
+    worker.start()
+    try:
+        worker.attach(lane)
+        lane.mailbox.put(InboundFrame(video_frame, time.monotonic()))
+        assert await asyncio.to_thread(done.wait, 5.0)
+    finally:
+        await worker.close()
+    output = delivered[0].to_ndarray(format="rgb24")
+    x1, y1, x2, y2 = label_box("AI", 640, 480)
+    assert output[y1 + 2 : y2 - 2, x1 + 2 : x2 - 2].mean() < 100, "the label box is there (dark, with text)"
+    fx1, fy1, fx2, fy2 = face_box(output)
+    assert output[(fy1 + fy2) // 2, (fx1 + fx2) // 2, 0] > 180, "and the swap under it"
+    assert abs(int(output[5, 5, 0]) - 120) <= 3, "the rest of the frame is untouched"
+
+
+def test_the_worker_refuses_an_undrawable_label() -> None:
+    with pytest.raises(InvalidInputError):
+        BatchWorker(fake_binding(), label="\u00fcber")
