@@ -110,7 +110,7 @@ async def test_the_worker_labels_swapped_frames_after_the_swap() -> None:
         assert await asyncio.to_thread(done.wait, 5.0)
     finally:
         await worker.close()
-    output = delivered[0].to_ndarray(format="rgb24")
+    output = np.asarray(delivered[0].to_ndarray(format="rgb24"), dtype=np.uint8)
     x1, y1, x2, y2 = label_box("AI", 640, 480)
     assert output[y1 + 2 : y2 - 2, x1 + 2 : x2 - 2].mean() < 100, "the label box is there (dark, with text)"
     fx1, fy1, fx2, fy2 = face_box(output)
