@@ -32,6 +32,7 @@ MAX_JSON_BYTES = 64 * 1024  # settings, latency samples, trickled candidates
 MULTIPART_OVERHEAD_BYTES = 64 * 1024
 MAX_TRACKED_CLIENTS = 10_000  # rate-limit buckets kept; full (idle) ones are forgotten first
 SDP_CONTENT_TYPE = "application/sdp"
+FIRST_FRAME_TIMEOUT_S = 15.0  # an answered offer that never sends video is reaped after this
 SESSION_CREATION = re.compile(r"^/(api/sessions|whip|whep)(/\{[^/]+\})?$")
 UNSAFE_NAME = re.compile(r"[/\\\x00-\x1f\x7f]|^\.\.?$|^\s*$")
 
@@ -213,7 +214,12 @@ async def idle_reaper_context(app: web.Application) -> AsyncIterator[None]:
         registry = engine.registry
         return registry is not None and await registry.end(session_id)
 
-    reaper = IdleReaper(list_sessions, end_session, idle_timeout_s=app[CONFIG_KEY].idle_timeout_s)
+    reaper = IdleReaper(
+        list_sessions,
+        end_session,
+        idle_timeout_s=app[CONFIG_KEY].idle_timeout_s,
+        first_frame_timeout_s=FIRST_FRAME_TIMEOUT_S,
+    )
     reaper.start()
     try:
         yield

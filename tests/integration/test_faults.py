@@ -18,6 +18,8 @@ import aiohttp
 import av
 import numpy as np
 import pytest
+from aiortc import RTCPeerConnection
+from aiortc.mediastreams import AudioStreamTrack
 
 from streamer.batch_worker import MAX_LANE_FAILURES, BatchWorker, InboundFrame, WorkerLane, is_out_of_memory
 from streamer.micro_batcher import BatchPolicy
@@ -308,3 +310,25 @@ async def test_drain_refuses_new_sessions_and_closes_open_ones_within_the_bound(
         received = len(first.received)
         await asyncio.sleep(0.5)
         assert len(first.received) <= received + 2, "frames still arrive after the drain"
+
+
+async def test_an_answered_offer_that_sends_no_video_is_reaped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A receive-only offer never starts a video reader: only the idle reaper can end it."""
+    monkeypatch.setattr("web.limits.FIRST_FRAME_TIMEOUT_S", 1.0)
+    config = DaemonConfig(ice_addresses=(LOOPBACK,), idle_timeout_s=1.0)
+    async with running_daemon(fake_binding(), config) as (url, engine), aiohttp.ClientSession() as http:
+        pc = RTCPeerConnection()
+        try:
+            pc.addTrack(AudioStreamTrack())
+            pc.addTransceiver("video", direction="recvonly")
+            await pc.setLocalDescription(await pc.createOffer())
+            offer = {"type": "offer", "sdp": pc.localDescription.sdp}
+            async with http.post(f"{url}/api/sessions", json=offer) as response:
+                assert response.status == 201
+                session_id = (await response.json())["id"]
+            registry = engine.registry
+            assert registry is not None and registry.get(session_id) is not None
+            gone_after = await _until(lambda: registry.get(session_id) is None, 6.0)
+        finally:
+            await pc.close()
+    assert 0.9 < gone_after < 4.0
