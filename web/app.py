@@ -60,6 +60,7 @@ class DaemonEngine:
         self.loaded: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._loader: asyncio.Task[None] | None = None
         self._closed = False
+        self.draining = False  # SIGTERM (web/serve.py): /ready says false, new sessions get 503
 
     @property
     def ready(self) -> bool:

@@ -14,7 +14,7 @@ async def health(request: web.Request) -> web.Response:
 
 async def ready(request: web.Request) -> web.Response:
     engine = request.app.get(ENGINE_KEY)
-    is_ready = engine is not None and engine.ready
+    is_ready = engine is not None and engine.ready and not engine.draining  # a draining daemon takes no calls
     return web.json_response({"ready": is_ready}, status=200 if is_ready else 503)
 
 

@@ -100,7 +100,9 @@ def load_pipeline_binding(args: argparse.Namespace) -> PipelineBinding:
 async def drain_sessions(app: web.Application) -> None:
     """SIGTERM: new sessions are refused (503: the registry is closing) and the open ones are closed
     cleanly, within the drain timeout; whatever is left after it is closed by the app's cleanup."""
-    registry = app[ENGINE_KEY].registry
+    engine = app[ENGINE_KEY]
+    engine.draining = True
+    registry = engine.registry
     if registry is None:
         return
     timeout_s = app[CONFIG_KEY].drain_timeout_s

@@ -307,6 +307,8 @@ async def test_drain_refuses_new_sessions_and_closes_open_ones_within_the_bound(
                 assert "shutting down" in (await response.json())["error"]
             async with http.get(f"{url}/health") as response:
                 assert response.status == 200  # still answering while it drains
+            async with http.get(f"{url}/ready") as response:
+                assert response.status == 503 and (await response.json()) == {"ready": False}
         received = len(first.received)
         await asyncio.sleep(0.5)
         assert len(first.received) <= received + 2, "frames still arrive after the drain"
