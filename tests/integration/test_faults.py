@@ -114,7 +114,7 @@ async def test_one_sessions_failing_pipeline_step_ends_only_that_session(media_d
         for client in (healthy, other):
             await client.upload_source((media_dir / GOOD_SOURCE).read_bytes())
         await healthy.wait_for_frames(30, timeout=10)
-        baseline_fps = await _fps(healthy, 1.0)
+        baseline_fps = await _fps(healthy, 1.5)
         doomed_session = _session(registry, doomed.session_id)
         decoders_before = _decoder_threads()
         await doomed.upload_source((media_dir / POISON_SOURCE).read_bytes())
@@ -127,8 +127,10 @@ async def test_one_sessions_failing_pipeline_step_ends_only_that_session(media_d
         _assert_released(doomed_session, engine.worker)
         assert _decoder_threads() <= decoders_before - 1  # its server-side decoder thread is gone
     assert gone_after < CLEANUP_BOUND_S
-    assert baseline_fps > 0.6 * FPS, baseline_fps
-    assert fps_during > 0.6 * FPS and fps_after > 0.6 * FPS, (baseline_fps, fps_during, fps_after)
+    # relative to what this (shared, 2-core) machine gave before the fault: the fault must not cost the
+    # others their frame rate; the absolute floor only says that frames were flowing at all
+    assert baseline_fps > 0.3 * FPS, baseline_fps
+    assert min(fps_during, fps_after) > 0.7 * baseline_fps, (baseline_fps, fps_during, fps_after)
 
 
 VANISHING_CLIENT = """
@@ -158,6 +160,7 @@ async def test_a_killed_client_is_cleaned_up_within_5_s_and_others_keep_their_ra
         assert registry is not None
         await survivor.upload_source((media_dir / GOOD_SOURCE).read_bytes())
         await survivor.wait_for_frames(10, timeout=10)
+        baseline_fps = await _fps(survivor, 1.5)
         decoders_before = _decoder_threads()
         process = await asyncio.create_subprocess_exec(
             sys.executable, "-c", VANISHING_CLIENT, url, cwd=REPO_ROOT, stdout=asyncio.subprocess.PIPE
@@ -179,7 +182,8 @@ async def test_a_killed_client_is_cleaned_up_within_5_s_and_others_keep_their_ra
         _assert_released(vanished, engine.worker)
         assert len(registry) == 1
     assert gone_after < CLEANUP_BOUND_S
-    assert fps_during > 0.6 * FPS, fps_during
+    assert baseline_fps > 0.3 * FPS, baseline_fps
+    assert fps_during > 0.7 * baseline_fps, (baseline_fps, fps_during)
 
 
 class MangledFrame:
