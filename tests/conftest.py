@@ -17,7 +17,7 @@ _SHARED = REPO_ROOT.parent / "shared"
 def _dir_from_env(variable: str, fallback: Path) -> Path | None:
     value = os.environ.get(variable)
     if value:
-        return Path(value)
+        return Path(value).resolve()  # CI passes ../shared/...; browsers and subprocesses need absolute paths
     return fallback if fallback.is_dir() else None
 
 
