@@ -11,6 +11,7 @@ Trickle: PATCH bodies are applied like WHIP's (the answer already carries every 
 import logging
 
 from aiohttp import web
+from aiortc import RTCIceCandidate
 
 from streamer.peer_session import PeerSession
 from streamer.session_outputs import ViewerLimitError
@@ -19,11 +20,10 @@ from web.whip import (
     LATEST_ALIAS,
     RETRY_AFTER_S,
     SDP_CONTENT_TYPE,
-    TRICKLE_CONTENT_TYPE,
+    apply_trickle,
     error_response,
     latest_whip_session,
     parse_sdp_offer,
-    parse_trickle_fragment,
     ready_registry,
 )
 
@@ -83,17 +83,13 @@ async def patch_whep(request: web.Request) -> web.Response:
     found = _viewer_of(request)
     if found is None:
         return error_response(404, f"no viewer {request.match_info['viewer_id']!r}")
-    if request.content_type != TRICKLE_CONTENT_TYPE:
-        return error_response(415, f"PATCH bodies must be {TRICKLE_CONTENT_TYPE}")
-    try:
-        candidates = parse_trickle_fragment(await request.text())
-    except (ValueError, IndexError) as error:
-        return error_response(400, f"bad candidate: {error}")
     pc = found[0].outputs.viewer_pc(found[1])
-    if pc is not None:
-        for candidate in candidates:
+
+    async def add_candidate(candidate: RTCIceCandidate | None) -> None:
+        if pc is not None:
             await pc.addIceCandidate(candidate)
-    return web.Response(status=204)
+
+    return await apply_trickle(request, add_candidate)
 
 
 def add_routes(app: web.Application) -> None:

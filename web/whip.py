@@ -16,6 +16,7 @@ offer has no candidates (OBS) is reached through the peer-reflexive candidates o
 import asyncio
 import hashlib
 import logging
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from aiohttp import web
@@ -190,10 +191,10 @@ def parse_trickle_fragment(fragment: str) -> list[RTCIceCandidate | None]:
     return candidates
 
 
-async def patch_whip(request: web.Request) -> web.Response:
-    session = _whip_session(request)
-    if session is None:
-        return error_response(404, f"no WHIP stream {request.match_info['session_id']!r}")
+async def apply_trickle(
+    request: web.Request, add_candidate: Callable[[RTCIceCandidate | None], Awaitable[None]]
+) -> web.Response:
+    """A trickle PATCH (RFC 9725 section 4.3) for WHIP and WHEP alike: check, parse, hand over, 204."""
     if request.content_type != TRICKLE_CONTENT_TYPE:
         return error_response(415, f"PATCH bodies must be {TRICKLE_CONTENT_TYPE}")
     try:
@@ -201,8 +202,15 @@ async def patch_whip(request: web.Request) -> web.Response:
     except (ValueError, IndexError) as error:
         return error_response(400, f"bad candidate: {error}")
     for candidate in candidates:
-        await session.add_ice_candidate(candidate)
+        await add_candidate(candidate)
     return web.Response(status=204)
+
+
+async def patch_whip(request: web.Request) -> web.Response:
+    session = _whip_session(request)
+    if session is None:
+        return error_response(404, f"no WHIP stream {request.match_info['session_id']!r}")
+    return await apply_trickle(request, session.add_ice_candidate)
 
 
 def add_routes(app: web.Application) -> None:
