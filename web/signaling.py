@@ -39,17 +39,19 @@ _BAD_OFFER_ERRORS = (
 )
 
 
-def _error(status: int, message: str, **headers: str) -> web.Response:
+def error_response(status: int, message: str, **headers: str) -> web.Response:
+    """Every error of the daemon's routes is JSON `{"error": ...}`."""
     return web.json_response({"error": message}, status=status, headers=headers or None)
 
 
-def _registry(request: web.Request) -> SessionRegistry | None:
-    engine = request.app.get(ENGINE_KEY)
+def ready_registry(app: web.Application) -> SessionRegistry | None:
+    """The session registry once the models are loaded, else None (routes answer 503/404)."""
+    engine = app.get(ENGINE_KEY)
     return engine.registry if engine is not None and engine.ready else None
 
 
 def _session(request: web.Request) -> PeerSession:
-    registry = _registry(request)
+    registry = ready_registry(request.app)
     session_id = request.match_info["session_id"]
     session = registry.get(session_id) if registry is not None else None
     if session is None:
@@ -76,16 +78,16 @@ async def _read_offer(request: web.Request) -> RTCSessionDescription:
 
 
 async def create_session(request: web.Request) -> web.Response:
-    registry = _registry(request)
+    registry = ready_registry(request.app)
     if registry is None:
-        return _error(503, "models are still loading", **{"Retry-After": RETRY_AFTER_S})
+        return error_response(503, "models are still loading", **{"Retry-After": RETRY_AFTER_S})
     try:
         offer = await _read_offer(request)
         session, answer = await registry.open(offer)
     except SessionLimitError as error:
-        return _error(503, str(error), **{"Retry-After": RETRY_AFTER_S})
+        return error_response(503, str(error), **{"Retry-After": RETRY_AFTER_S})
     except _BAD_OFFER_ERRORS as error:
-        return _error(400, f"bad offer: {error}")
+        return error_response(400, f"bad offer: {error}")
     location = f"/api/sessions/{session.session_id}"
     if request.content_type == SDP_CONTENT_TYPE:
         return web.Response(
@@ -99,9 +101,9 @@ async def create_session(request: web.Request) -> web.Response:
 
 
 async def delete_session(request: web.Request) -> web.Response:
-    registry = _registry(request)
+    registry = ready_registry(request.app)
     if registry is None or not await registry.end(request.match_info["session_id"]):
-        return _error(404, f"no session {request.match_info['session_id']!r}")
+        return error_response(404, f"no session {request.match_info['session_id']!r}")
     return web.Response(status=204)
 
 
@@ -140,13 +142,13 @@ async def _image_route(request: web.Request, apply: Callable[[Frame, str], Await
         image, sha256 = await _upload_image(request)
         result = await apply(image, sha256)
     except UnsupportedImageError as error:
-        return _error(415, str(error))
+        return error_response(415, str(error))
     except ImageTooLargeError as error:
-        return _error(413, str(error))
+        return error_response(413, str(error))
     except (InvalidInputError, NoFaceError) as error:
-        return _error(422, str(error))
+        return error_response(422, str(error))
     except web.HTTPRequestEntityTooLarge:
-        return _error(413, f"image is larger than {request.app[CONFIG_KEY].max_upload_bytes} bytes")
+        return error_response(413, f"image is larger than {request.app[CONFIG_KEY].max_upload_bytes} bytes")
     return web.json_response(result)
 
 
@@ -185,13 +187,13 @@ async def patch_settings(request: web.Request) -> web.Response:
     try:
         changes = await request.json()
     except (json.JSONDecodeError, UnicodeDecodeError):
-        return _error(400, "body is not JSON")
+        return error_response(400, "body is not JSON")
     if not isinstance(changes, dict):
-        return _error(400, "expected a JSON object of settings")
+        return error_response(400, "expected a JSON object of settings")
     try:
         settings = session.update_settings(changes)
     except (ValueError, TypeError) as error:
-        return _error(400, str(error))
+        return error_response(400, str(error))
     return web.json_response(asdict(settings))
 
 
@@ -204,7 +206,7 @@ async def post_latency(request: web.Request) -> web.Response:
         if not isinstance(samples, list) or not all(isinstance(s, (int, float)) for s in samples):
             raise TypeError
     except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError):
-        return _error(400, 'expected JSON {"samples_ms": [number, ...]}')
+        return error_response(400, 'expected JSON {"samples_ms": [number, ...]}')
     histogram = request.app[METRICS_KEY].client_latency_seconds
     for sample in samples[:MAX_LATENCY_SAMPLES]:
         if 0 <= sample < 60_000:

@@ -15,16 +15,15 @@ from aiortc import RTCIceCandidate
 
 from streamer.peer_session import PeerSession
 from streamer.session_outputs import ViewerLimitError
+from web.signaling import error_response, ready_registry
 from web.whip import (
     BAD_OFFER_ERRORS,
     LATEST_ALIAS,
     RETRY_AFTER_S,
     SDP_CONTENT_TYPE,
     apply_trickle,
-    error_response,
     latest_whip_session,
     parse_sdp_offer,
-    ready_registry,
 )
 
 logger = logging.getLogger(__name__)

@@ -30,7 +30,8 @@ from streamer.image_input import decode_image
 from streamer.peer_session import PeerSession
 from streamer.session_registry import SessionLimitError, SessionRegistry
 from streamer.swap_engines.base import NoFaceError
-from web.app import CONFIG_KEY, ENGINE_KEY, DaemonEngine
+from web.app import CONFIG_KEY
+from web.signaling import error_response, ready_registry
 
 logger = logging.getLogger(__name__)
 
@@ -63,15 +64,6 @@ class WhipState:
 
 
 WHIP_STATE_KEY = web.AppKey("whip_state", WhipState)
-
-
-def error_response(status: int, message: str, **headers: str) -> web.Response:
-    return web.json_response({"error": message}, status=status, headers=headers or None)
-
-
-def ready_registry(app: web.Application) -> SessionRegistry | None:
-    engine: DaemonEngine | None = app.get(ENGINE_KEY)
-    return engine.registry if engine is not None and engine.ready else None
 
 
 def latest_whip_session(app: web.Application) -> PeerSession | None:
