@@ -50,10 +50,18 @@ class PhaseResult:
     p50_ms: float | None
     p95_ms: float | None
     max_ms: float | None
+    # the worker's time for the batch holding each frame (RGB conversion + pipeline), p50 of the
+    # session's last 120 frames: the "processing time" of the target "<= processing time + 1 frame"
+    server_processing_ms: float | None = None
 
 
 def summarise_phase(
-    name: str, result: LiveResult, sent_before: int, seconds: float, server_dropped: int
+    name: str,
+    result: LiveResult,
+    sent_before: int,
+    seconds: float,
+    server_dropped: int,
+    server_processing_ms: float | None = None,
 ) -> PhaseResult:
     """A PhaseResult from the client's record of the phase (`sent_before`: frames sent before it began)."""
     latencies = result.latencies_ms
@@ -70,6 +78,7 @@ def summarise_phase(
         p50_ms=result.p50_ms,
         p95_ms=result.p95_ms,
         max_ms=float(max(latencies)) if latencies else None,
+        server_processing_ms=server_processing_ms,
     )
 
 
@@ -81,13 +90,14 @@ def format_table(phases: list[PhaseResult], header: str) -> str:
         header,
         (
             f"{'phase':<13}{'sent':>6}{'recv':>6}{'unread':>8}{'dropped':>9}{'fps':>7}"
-            f"{'p50 ms':>8}{'p95 ms':>8}{'max ms':>8}"
+            f"{'p50 ms':>8}{'p95 ms':>8}{'max ms':>8}{'server ms':>11}"
         ),
     ]
     for phase in phases:
         lines.append(
             f"{phase.name:<13}{phase.sent:>6}{phase.received:>6}{phase.unreadable:>8}{phase.server_dropped:>9}"
             f"{phase.fps_received:>7.1f}{ms(phase.p50_ms)}{ms(phase.p95_ms)}{ms(phase.max_ms)}"
+            f"{ms(phase.server_processing_ms):>11}"
         )
     return "\n".join(lines)
 
@@ -97,8 +107,17 @@ async def _measure_phase(client: PeerClient, name: str, seconds: float) -> Phase
     since, sent_before = len(client.received), client.track.sent
     dropped_before = int((await client.session_stats()).get("frames_dropped", 0))
     await asyncio.sleep(seconds)
-    dropped_after = int((await client.session_stats()).get("frames_dropped", 0))
-    phase = summarise_phase(name, client.result(since), sent_before, seconds, dropped_after - dropped_before)
+    stats = await client.session_stats()
+    dropped_after = int(stats.get("frames_dropped", 0))
+    processing = (stats.get("processing_ms") or {}).get("p50")
+    phase = summarise_phase(
+        name,
+        client.result(since),
+        sent_before,
+        seconds,
+        dropped_after - dropped_before,
+        float(processing) if processing is not None else None,
+    )
     logger.info("phase %s: p50 %s ms, p95 %s ms, %d frames", name, phase.p50_ms, phase.p95_ms, phase.received)
     return phase
 

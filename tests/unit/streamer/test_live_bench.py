@@ -36,7 +36,7 @@ def test_phase_without_readable_stamps_has_no_latency() -> None:
 
 def test_table_has_one_row_per_phase_and_dashes_for_missing_latency() -> None:
     phases = [
-        PhaseResult("passthrough", 10.0, 300, 298, 0, 0, 0, 0, 29.8, 14.25, 21.0, 30.5),
+        PhaseResult("passthrough", 10.0, 300, 298, 0, 0, 0, 0, 29.8, 14.25, 21.0, 30.5, 3.25),
         PhaseResult("mesh", 10.0, 300, 240, 240, 0, 0, 55, 24.0, None, None, None),
     ]
     lines = format_table(phases, "header").splitlines()
@@ -54,6 +54,8 @@ def test_table_has_one_row_per_phase_and_dashes_for_missing_latency() -> None:
         "ms",
         "max",
         "ms",
+        "server",
+        "ms",
     ]
-    assert lines[2].split() == ["passthrough", "300", "298", "0", "0", "29.8", "14.2", "21.0", "30.5"]
-    assert lines[3].split() == ["mesh", "300", "240", "240", "55", "24.0", "-", "-", "-"]
+    assert lines[2].split() == ["passthrough", "300", "298", "0", "0", "29.8", "14.2", "21.0", "30.5", "3.2"]
+    assert lines[3].split() == ["mesh", "300", "240", "240", "55", "24.0", "-", "-", "-", "-"]
