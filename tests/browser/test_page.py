@@ -102,7 +102,7 @@ def _script_errors(browser: WebDriver) -> list[str]:
     """Uncaught exceptions and console.error lines since the last call (the log is drained on read)."""
     return [
         entry["message"]
-        for entry in browser.get_log("browser")
+        for entry in browser.get_log("browser")  # type: ignore[attr-defined]  # Chromium's driver has it
         if entry["level"] == "SEVERE" and entry.get("source") in ("javascript", "console-api")
     ]
 

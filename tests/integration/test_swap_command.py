@@ -39,15 +39,21 @@ def _write_clip(path: Path, frames: list[np.ndarray], *, audio: bool) -> None:
         container.mux(video.encode(None))
         if sound is not None:
             samples = (np.sin(np.arange(16000) * 2 * np.pi * 440 / 16000) * 0.3).astype(np.float32)
-            frame = av.AudioFrame.from_ndarray(samples[None, :], format="flt", layout="mono")
-            frame.sample_rate = 16000
-            frame.pts = 0
-            container.mux(sound.encode(frame))
+            audio_frame = av.AudioFrame.from_ndarray(samples[None, :], format="flt", layout="mono")
+            audio_frame.sample_rate = 16000
+            audio_frame.pts = 0
+            container.mux(sound.encode(audio_frame))
             container.mux(sound.encode(None))
 
 
+def _read(path: Path) -> np.ndarray:
+    image = cv2.imread(str(path))
+    assert image is not None, f"cannot read {path}"
+    return image
+
+
 def _photo(media_dir: Path, name: str, width: int = 320) -> np.ndarray:
-    image = cv2.cvtColor(cv2.imread(str(media_dir / name)), cv2.COLOR_BGR2RGB)
+    image = cv2.cvtColor(_read(media_dir / name), cv2.COLOR_BGR2RGB)
     return cv2.resize(image, (width, int(image.shape[0] * width / image.shape[1]) // 2 * 2))
 
 
@@ -58,8 +64,8 @@ def test_image_swap_changes_only_the_face(models_dir: Path, media_dir: Path, tmp
         "--source", media_dir / "fr_biden2.jpg", "--target", target, "--output", output, models_dir=models_dir
     )
     assert result.returncode == 0, result.stderr
-    before = cv2.imread(str(target))
-    after = cv2.imread(str(output))
+    before = _read(target)
+    after = _read(output)
     changed = np.any(before != after, axis=2)
     ys, xs = np.nonzero(changed)
     assert changed.sum() > 5000  # the face really changed
@@ -94,7 +100,7 @@ def test_target_without_face_is_written_unchanged(models_dir: Path, media_dir: P
     )
     assert result.returncode == 0, result.stderr
     assert "no face" in result.stderr
-    assert np.array_equal(cv2.imread(str(output)), cv2.imread(str(target)))
+    assert np.array_equal(_read(output), _read(target))
 
 
 def test_source_without_face_exits_2(models_dir: Path, media_dir: Path, tmp_path: Path) -> None:
