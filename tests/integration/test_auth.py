@@ -3,8 +3,6 @@ covered without editing this test) is 401 without the token except the tiny publ
 normal call works; HTTPS with a self-signed certificate; $LIVEFUSE_TOKEN."""
 
 import argparse
-import datetime
-import ipaddress
 import re
 import ssl
 from pathlib import Path
@@ -13,11 +11,8 @@ import aiohttp
 import pytest
 from aiohttp import web
 from aiohttp.web_urldispatcher import StaticResource
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
+from tests.certificates import write_self_signed
 from tests.fakes_pipeline import fake_binding
 from tests.integration.daemon_harness import LOOPBACK, camera_frame, serving_app
 from web.app import DaemonConfig, create_app
@@ -86,34 +81,8 @@ async def test_with_the_token_a_normal_session_swaps_and_without_it_none_opens(m
         assert stats["has_source"] and stats["frames_out"] >= 10
 
 
-def _self_signed(directory: Path) -> tuple[Path, Path]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "livefuse test")])
-    now = datetime.datetime.now(datetime.UTC)
-    certificate = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=1))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(LOOPBACK))]), False)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    cert_path, key_path = directory / "cert.pem", directory / "key.pem"
-    cert_path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
-    )
-    return cert_path, key_path
-
-
 async def test_https_with_a_self_signed_certificate(tmp_path: Path) -> None:
-    cert_path, key_path = _self_signed(tmp_path)
+    cert_path, key_path = write_self_signed(tmp_path)
     app = create_app(_config(), lambda: fake_binding())
     async with serving_app(app, tls_context(cert_path, key_path)) as url:
         assert url.startswith("https://")

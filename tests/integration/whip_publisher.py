@@ -11,7 +11,6 @@ The published frames are also written to --frames-out (.npy, [N,H,W,3] RGB) for 
 """
 
 import argparse
-import datetime
 import fractions
 import logging
 import signal
@@ -25,13 +24,10 @@ from types import FrameType
 import av
 import cv2
 import numpy as np
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from streamer.bench_frames import panning_face_frames
 from streamer.face import Frame
+from tests.certificates import write_self_signed
 
 logger = logging.getLogger(__name__)
 
@@ -39,31 +35,6 @@ AUDIO_RATE = 48000
 AUDIO_FRAME_SAMPLES = 960  # 20 ms
 TONE_HZ = 440.0
 PAN_FRAMES = 90
-
-
-def write_dtls_identity(folder: Path) -> tuple[Path, Path]:
-    """A self-signed ECDSA P-256 certificate and key (PEM) in `folder`: (cert_file, key_file)."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "livefuse-whip-test")])
-    now = datetime.datetime.now(datetime.UTC)
-    certificate = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(days=1))
-        .not_valid_after(now + datetime.timedelta(days=30))
-        .sign(key, hashes.SHA256())
-    )
-    cert_file, key_file = folder / "cert.pem", folder / "key.pem"
-    cert_file.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
-    key_file.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
-    )
-    return cert_file, key_file
 
 
 def photo_frames(path: Path, width: int, height: int) -> list[Frame]:
@@ -98,7 +69,7 @@ def publish(url: str, frames: list[Frame], fps: int, seconds: float, token: str 
     signal.signal(signal.SIGTERM, on_signal)
     height, width = frames[0].shape[:2]
     with tempfile.TemporaryDirectory() as folder:
-        cert_file, key_file = write_dtls_identity(Path(folder))
+        cert_file, key_file = write_self_signed(Path(folder))
         options = {"cert_file": str(cert_file), "key_file": str(key_file), "handshake_timeout": "10000"}
         if token:
             options["authorization"] = token
