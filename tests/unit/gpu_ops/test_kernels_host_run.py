@@ -6,9 +6,6 @@ the `gpu`-marked parity tests then only have to confirm the device toolchain. Sk
 """
 
 import ctypes
-import shutil
-import subprocess
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,13 +17,12 @@ from gpu_ops.colorspace import (
     rgb_to_yuv_coefficients,
     yuv_to_rgb_coefficients,
 )
-from gpu_ops.kernels import kernel_source
 from gpu_ops.paste_back import classic_sampling_matrix, paste_back_cpu
+from tests.unit.gpu_ops.host_kernels import build_host_kernels, grid, pointer
 from tests.unit.gpu_ops.test_affine_crop import random_similarity
 from tests.unit.gpu_ops.test_colorspace import padded_planes
 from tests.unit.gpu_ops.test_paste_back import CASES, face_matrix, feathered_mask
 
-COMPILER = shutil.which("g++")
 SHIM = r"""
 #include <cmath>
 struct dim3_ { int x, y, z; };
@@ -63,33 +59,9 @@ void run_paste_back(int gx, int gy, uchar* f, int fp, const uchar* c, const floa
 
 @pytest.fixture(scope="module")
 def kernels(tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
-    if COMPILER is None:
-        pytest.skip("g++ not installed: kernels cannot be run on the host")
-    folder: Path = tmp_path_factory.mktemp("kernels")
-    for name in ("colorspace", "affine_crop", "paste_back"):
-        (folder / f"{name}.cu").write_text(kernel_source(name))
-    (folder / "shim.cpp").write_text(SHIM)
-    library = folder / "libkernels.so"
-    command = [
-        COMPILER,
-        "-O1",
-        "-ffp-contract=off",
-        "-fPIC",
-        "-shared",
-        "-o",
-        str(library),
-        str(folder / "shim.cpp"),
-    ]
-    subprocess.run(command, check=True, capture_output=True, timeout=120)
-    return ctypes.CDLL(str(library))
-
-
-def pointer(array: np.ndarray) -> ctypes.c_void_p:
-    return ctypes.c_void_p(array.ctypes.data)
-
-
-def grid(width: int, height: int) -> tuple[int, int]:
-    return (width + 31) // 32, (height + 7) // 8
+    return build_host_kernels(
+        tmp_path_factory.mktemp("kernels"), ("colorspace", "affine_crop", "paste_back"), SHIM
+    )
 
 
 @pytest.mark.parametrize(("colorspace", "full_range"), [("bt601", False), ("bt709", False), ("bt709", True)])

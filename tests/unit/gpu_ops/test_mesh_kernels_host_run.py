@@ -7,9 +7,6 @@ the other kernels against their CPU mirrors on every CI run. Skipped without g++
 """
 
 import ctypes
-import shutil
-import subprocess
-from pathlib import Path
 
 import cv2
 import numpy as np
@@ -22,7 +19,6 @@ from gpu_ops.color_transfer import (
     shading_gaussian,
     shading_grid,
 )
-from gpu_ops.kernels import kernel_source
 from gpu_ops.masks import fill_polygons_cpu
 from gpu_ops.mesh_warp import (
     OUTSIDE,
@@ -32,9 +28,9 @@ from gpu_ops.mesh_warp import (
     triangle_affines,
     triangle_draw_order,
 )
+from tests.unit.gpu_ops.host_kernels import build_host_kernels, grid, pointer
 from tests.unit.gpu_ops.test_mesh_warp import grid_mesh
 
-COMPILER = shutil.which("g++")
 MESH_SOURCES = ("mesh_warp", "color_transfer", "masks")
 SHIM = r"""
 #include <cmath>
@@ -75,33 +71,7 @@ void run_fill_polygon(const int* points, int count, unsigned char* mask, int pit
 
 @pytest.fixture(scope="module")
 def kernels(tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
-    if COMPILER is None:
-        pytest.skip("g++ not installed: kernels cannot be run on the host")
-    folder: Path = tmp_path_factory.mktemp("mesh_kernels")
-    for name in MESH_SOURCES:
-        (folder / f"{name}.cu").write_text(kernel_source(name))
-    (folder / "shim.cpp").write_text(SHIM)
-    library = folder / "libmeshkernels.so"
-    command = [
-        COMPILER,
-        "-O1",
-        "-ffp-contract=off",
-        "-fPIC",
-        "-shared",
-        "-o",
-        str(library),
-        str(folder / "shim.cpp"),
-    ]
-    subprocess.run(command, check=True, capture_output=True, timeout=120)
-    return ctypes.CDLL(str(library))
-
-
-def pointer(array: np.ndarray) -> ctypes.c_void_p:
-    return ctypes.c_void_p(array.ctypes.data)
-
-
-def grid(width: int, height: int) -> tuple[int, int]:
-    return (width + 31) // 32, (height + 7) // 8
+    return build_host_kernels(tmp_path_factory.mktemp("mesh_kernels"), MESH_SOURCES, SHIM)
 
 
 def kernel_triangle_ids(kernels: ctypes.CDLL, dst_triangles: np.ndarray, size: tuple[int, int]) -> np.ndarray:
