@@ -8,8 +8,6 @@ cadence settings the daemon uses.
 import argparse
 import json
 import logging
-import os
-import platform
 import sys
 import time
 from collections.abc import Callable
@@ -17,7 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from models.model_files import resolve_models_dir
-from streamer.bench_frames import SOURCE_PHOTO, TARGET_PHOTO, media_dir_from_args, panning_face_frames
+from streamer.bench_frames import (
+    SOURCE_PHOTO,
+    TARGET_PHOTO,
+    machine_description,
+    media_dir_from_args,
+    panning_face_frames,
+)
 from streamer.face import Frame
 from streamer.file_swap import pipeline_config_from_args, settings_from_args
 from streamer.frame_pipeline import FrameJob, FramePipeline
@@ -105,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
     frames = panning_face_frames(read_image_file(media / TARGET_PHOTO), args.width, args.height, args.frames)
     result = measure_pipeline(pipeline, frames, read_image_file(media / SOURCE_PHOTO), args)
     result.update(
-        machine=f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
+        machine=machine_description(),
         size=f"{args.width}x{args.height}",
         detect_every=pipeline.config.detect_every,
         detection_width=pipeline.config.detection_width,

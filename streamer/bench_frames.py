@@ -5,6 +5,7 @@ One place, so `bench`, `bench --live`, `bench --whip` and `bench --soak` measure
 
 import argparse
 import os
+import platform
 from pathlib import Path
 
 import cv2
@@ -18,6 +19,17 @@ SOURCE_PHOTO = "fr_biden2.jpg"
 # YuNet's box of the face in TARGET_PHOTO (shared/models MANIFEST): frames are cut around it so the face
 # stays clear of the stamp strip at the top, which a swap would otherwise overwrite.
 TARGET_FACE_BOX = (371, 85, 607, 421)
+
+
+def machine_description() -> str:
+    """What a benchmark row names as its machine."""
+    return f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
+
+
+def source_upload(media: Path) -> tuple[bytes, str]:
+    """SOURCE_PHOTO as the daemon benches upload it: its bytes and Content-Type."""
+    path = media / SOURCE_PHOTO
+    return path.read_bytes(), "image/png" if path.suffix.lower() == ".png" else "image/jpeg"
 
 
 def media_dir_from_args(args: argparse.Namespace) -> Path:

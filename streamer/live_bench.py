@@ -11,8 +11,6 @@ import argparse
 import asyncio
 import json
 import logging
-import os
-import platform
 import sys
 import tempfile
 from dataclasses import asdict, dataclass
@@ -20,7 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from models.model_files import resolve_models_dir
-from streamer.bench_frames import SOURCE_PHOTO, TARGET_PHOTO, media_dir_from_args, panning_face_frames
+from streamer.bench_frames import (
+    TARGET_PHOTO,
+    machine_description,
+    media_dir_from_args,
+    panning_face_frames,
+    source_upload,
+)
 from streamer.daemon_process import DaemonProcess
 from streamer.face import Frame
 from streamer.image_input import read_image_file
@@ -143,8 +147,8 @@ async def measure_live(
     return [passthrough, swapping]
 
 
-def _serve_args(args: argparse.Namespace) -> tuple[str, ...]:
-    """The bench's model flags, passed on to the daemon."""
+def daemon_args(args: argparse.Namespace) -> tuple[str, ...]:
+    """The bench's model flags, passed on to the daemon it starts (`--live` and `--whip` alike)."""
     return (
         "--execution-provider", args.execution_provider, "--device-id", str(args.device_id),
         "--detector", args.detector, "--swapper-model", args.swapper_model,
@@ -161,19 +165,15 @@ def run_live(args: argparse.Namespace) -> int:
     frames = panning_face_frames(
         read_image_file(media / TARGET_PHOTO), args.width, args.height, MOTION_FRAMES
     )
-    source_path = media / SOURCE_PHOTO
-    source_type = "image/png" if source_path.suffix.lower() == ".png" else "image/jpeg"
-
+    source_image, source_type = source_upload(media)
     with (
         tempfile.TemporaryDirectory(prefix="livefuse-live-bench-") as scratch,
-        DaemonProcess(models_dir, Path(scratch) / "daemon.log", extra_args=_serve_args(args)) as daemon,
+        DaemonProcess(models_dir, Path(scratch) / "daemon.log", extra_args=daemon_args(args)) as daemon,
     ):
-        phases = asyncio.run(
-            measure_live(daemon.url, frames, source_path.read_bytes(), source_type, settings, seconds)
-        )
+        phases = asyncio.run(measure_live(daemon.url, frames, source_image, source_type, settings, seconds))
 
     size = f"{args.width}x{args.height}"
-    machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
+    machine = machine_description()
     header = (
         f"live: {size} @ {FPS:.0f} fps, {seconds:.0f} s per phase after {WARMUP_SECONDS:.0f} s warm-up, "
         f"loopback WebRTC, provider {args.execution_provider}, {machine}"

@@ -13,8 +13,6 @@ import argparse
 import asyncio
 import json
 import logging
-import os
-import platform
 import sys
 import tempfile
 from dataclasses import asdict, dataclass
@@ -25,11 +23,17 @@ import aiohttp
 import numpy as np
 
 from models.model_files import resolve_models_dir
-from streamer.bench_frames import SOURCE_PHOTO, TARGET_PHOTO, media_dir_from_args, panning_face_frames
+from streamer.bench_frames import (
+    TARGET_PHOTO,
+    machine_description,
+    media_dir_from_args,
+    panning_face_frames,
+    source_upload,
+)
 from streamer.daemon_process import DaemonProcess
 from streamer.face import Frame
 from streamer.image_input import read_image_file
-from streamer.live_bench import MOTION_FRAMES, WARMUP_SECONDS
+from streamer.live_bench import MOTION_FRAMES, WARMUP_SECONDS, daemon_args
 from web.whip_client import WhepViewer, WhipPublisher
 
 logger = logging.getLogger(__name__)
@@ -148,18 +152,14 @@ def run_whip(args: argparse.Namespace) -> int:
     frames = panning_face_frames(
         read_image_file(media / TARGET_PHOTO), args.width, args.height, MOTION_FRAMES
     )
-    source_path = media / SOURCE_PHOTO
-    source_type = "image/png" if source_path.suffix.lower() == ".png" else "image/jpeg"
-    serve_args = ("--execution-provider", args.execution_provider, "--device-id", str(args.device_id))
+    source_image, source_type = source_upload(media)
     with (
         tempfile.TemporaryDirectory(prefix="livefuse-whip-bench-") as scratch,
-        DaemonProcess(models_dir, Path(scratch) / "daemon.log", extra_args=serve_args) as daemon,
+        DaemonProcess(models_dir, Path(scratch) / "daemon.log", extra_args=daemon_args(args)) as daemon,
     ):
-        phases = asyncio.run(
-            measure_whip(daemon.url, frames, source_path.read_bytes(), source_type, settings, seconds)
-        )
+        phases = asyncio.run(measure_whip(daemon.url, frames, source_image, source_type, settings, seconds))
     size = f"{args.width}x{args.height}"
-    machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
+    machine = machine_description()
     header = (
         f"whip -> whep: {size} @ {FPS:.0f} fps, H264 in, {seconds:.0f} s per phase after "
         f"{WARMUP_SECONDS:.0f} s warm-up, loopback, provider {args.execution_provider}, {machine}"
