@@ -13,10 +13,10 @@ import onnxruntime as ort
 from numpy.typing import NDArray
 
 from gpu_ops.affine import estimate_similarity
-from gpu_ops.affine_crop import crop_faces
 from gpu_ops.errors import InvalidFrameError
 from models.errors import ModelContractError
 from models.inference import check_contract
+from models.model_input import prepare_crops
 from models.registry import ModelSpec
 from streamer.face import Frame
 
@@ -41,20 +41,7 @@ def prepare_chips(frame: Frame, landmarks_5: FloatArray, spec: ModelSpec) -> Flo
     if spec.template is None or spec.input_size is None:
         raise ModelContractError(f"{spec.name} has no alignment template / input size")
     matrices = alignment_matrices(landmarks_5, spec.template)
-    return np.asarray(
-        crop_faces(
-            [frame],
-            np.zeros(len(matrices), np.int64),
-            matrices,
-            spec.input_size,
-            scale=spec.scale,
-            mean=spec.mean,
-            std=spec.std,
-            swap_rb=spec.color_order == "bgr",
-            layout="nchw",
-        ),
-        np.float32,
-    )
+    return np.asarray(prepare_crops([frame], np.zeros(len(matrices), np.intp), matrices, spec), np.float32)
 
 
 def identity_distance(a: NDArray[np.floating], b: NDArray[np.floating]) -> float:

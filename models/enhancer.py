@@ -18,8 +18,9 @@ from gpu_ops.backend import get_array_module, is_device_array
 from gpu_ops.paste_back import paste_back
 from models.errors import ModelContractError
 from models.inference import check_contract
+from models.model_input import prepare_crops
 from models.registry import ModelSpec
-from models.swapper import face_alignments, feathered_box_mask, prepare_crops, run_session
+from models.swapper import face_alignments, feathered_box_mask, run_session
 from streamer.face import Frame
 
 logger = logging.getLogger(__name__)

@@ -15,10 +15,10 @@ import numpy as np
 import onnxruntime as ort
 from numpy.typing import NDArray
 
-from gpu_ops.affine_crop import crop_faces
 from gpu_ops.errors import InvalidFrameError
 from models.errors import ModelContractError
 from models.inference import check_contract
+from models.model_input import prepare_crops
 from models.registry import ModelSpec
 from streamer.face import Frame
 
@@ -71,22 +71,8 @@ def crop_matrices(
 
 def prepare_landmark_input(frame: Frame, affine_matrices: NDArray[np.float64], spec: ModelSpec) -> FloatArray:
     """[N,S,S,3] (nhwc) or [N,3,S,S] (nchw) float32 crops, in the spec's colour order and scaling."""
-    if spec.input_size is None:
-        raise ModelContractError(f"{spec.name} has no fixed input size")
-    return np.asarray(
-        crop_faces(
-            [frame],
-            np.zeros(len(affine_matrices), np.int64),
-            affine_matrices,
-            spec.input_size,
-            scale=spec.scale,
-            mean=spec.mean,
-            std=spec.std,
-            swap_rb=spec.color_order == "bgr",
-            layout=spec.layout,
-        ),
-        np.float32,
-    )
+    indices = np.zeros(len(affine_matrices), np.intp)
+    return np.asarray(prepare_crops([frame], indices, affine_matrices, spec), np.float32)
 
 
 def _crop_to_frame(points_crop: FloatArray, affine_matrices: NDArray[np.float64]) -> FloatArray:

@@ -7,7 +7,7 @@ The file fixes N=1; a copy from `models.batch_conversion` takes any N, and `Swap
 """
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -19,12 +19,10 @@ from numpy.typing import NDArray
 from onnx import numpy_helper
 
 from gpu_ops.affine import estimate_similarity
-from gpu_ops.affine_crop import crop_faces
 from gpu_ops.backend import get_array_module, is_device_array, require_cupy, to_host
 from models.errors import ModelContractError
 from models.inference import check_contract
 from models.registry import ModelSpec
-from streamer.face import Frame
 
 logger = logging.getLogger(__name__)
 
@@ -74,28 +72,6 @@ def face_alignments(landmarks_5: NDArray[np.float32], spec: ModelSpec) -> NDArra
     if len(points) == 0:
         return np.zeros((0, 2, 3), dtype=np.float32)
     return np.asarray(estimate_similarity(points, template), dtype=np.float32).reshape(-1, 2, 3)
-
-
-def prepare_crops(
-    frames: Sequence[Frame],
-    frame_index: NDArray[np.intp],
-    affine_matrices: NDArray[np.float32],
-    spec: ModelSpec,
-) -> NDArray[np.float32]:
-    """Model input [N,3,h,w] for the faces of many frames, normalised as `spec` says (one batched crop)."""
-    if spec.input_size is None:
-        raise ModelContractError(f"{spec.name} has no fixed input size")
-    return crop_faces(
-        frames,
-        frame_index,
-        affine_matrices,
-        spec.input_size,
-        scale=spec.scale,
-        mean=spec.mean,
-        std=spec.std,
-        swap_rb=spec.color_order == "bgr",
-        layout=spec.layout,
-    )
 
 
 def postprocess_swapped(output: NDArray[np.floating]) -> NDArray[np.uint8]:

@@ -29,13 +29,13 @@ from models.errors import ModelContractError
 from models.face_mesh_topology import LIPS_INNER
 from models.inference import InferenceConfig, create_session
 from models.model_files import ModelStore, default_cache_dir
+from models.model_input import prepare_crops
 from models.swapper import (
     Swapper,
     extract_emap,
     face_alignments,
     feathered_box_mask,
     postprocess_swapped,
-    prepare_crops,
 )
 from streamer.face import Frame, TrackedFace
 from streamer.swap_engines.base import EngineName, NoFaceError, SourceFace, SwapOptions
