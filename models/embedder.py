@@ -7,6 +7,7 @@ Output: float32 [N,D] exactly as the model gives it (dlib 128-d, arcface 512-d; 
 
 import logging
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import onnxruntime as ort
@@ -18,6 +19,7 @@ from models.errors import ModelContractError
 from models.inference import check_contract
 from models.model_input import prepare_crops
 from models.registry import ModelSpec
+from models.session_io import fixed_batch_size, run_chunked_to_host
 from streamer.face import Frame
 
 logger = logging.getLogger(__name__)
@@ -61,23 +63,18 @@ class Embedder:
         self._session = session
         self._input_name = spec.inputs[0].name
         self._output_name = spec.outputs[0].name
-        batch_dim = session.get_inputs()[0].shape[0]
-        self._max_batch = batch_dim if isinstance(batch_dim, int) else None
+        self._max_batch = fixed_batch_size(session)
 
     def prepare_chips(self, frame: Frame, landmarks_5: FloatArray) -> FloatArray:
         """The model input for these faces: [N,3,S,S] float32."""
         return prepare_chips(frame, landmarks_5, self.spec)
 
-    def forward(self, tensor: FloatArray) -> Embeddings:
-        """Run the session, in chunks of the file's fixed batch size when it has one."""
-        chunk = self._max_batch or len(tensor)
-        runs = [
-            np.asarray(
-                self._session.run([self._output_name], {self._input_name: tensor[start : start + chunk]})[0]
-            )
-            for start in range(0, len(tensor), chunk)
-        ]
-        return np.concatenate(runs).astype(np.float32)
+    def forward(self, tensor: Any) -> Embeddings:
+        """Run the session (NumPy, or CuPy bound in place), in chunks of the file's fixed batch size."""
+        (embeddings,) = run_chunked_to_host(
+            self._session, self._input_name, tensor, [self._output_name], self._max_batch
+        )
+        return embeddings.astype(np.float32)
 
     def embed(self, frame: Frame, landmarks_5: FloatArray) -> Embeddings:
         """[N,D] descriptors of the faces given by their 5 points [N,5,2] (frame px)."""

@@ -20,7 +20,8 @@ from models.errors import ModelContractError
 from models.inference import check_contract
 from models.model_input import prepare_crops
 from models.registry import ModelSpec
-from models.swapper import face_alignments, feathered_box_mask, run_session
+from models.session_io import run_to_device
+from models.swapper import face_alignments, feathered_box_mask
 from streamer.face import Frame
 
 logger = logging.getLogger(__name__)
@@ -57,7 +58,7 @@ class Enhancer:
 
     def forward(self, batch: NDArray[np.float32]) -> NDArray[np.float32]:
         """One session run; the batch must fit the session. CuPy batches stay on the device."""
-        return run_session(self.session, {self._input_name: batch}, self._output_name, tuple(batch.shape))  # type: ignore[no-any-return]
+        return run_to_device(self.session, {self._input_name: batch}, self._output_name, tuple(batch.shape))  # type: ignore[no-any-return]
 
     def enhance_crops(self, batch: NDArray[np.float32]) -> NDArray[np.uint8]:
         """Restored uint8 crops [N,h,w,3] for a prepared batch [N,3,h,w] (fixed-batch sessions: per face)."""

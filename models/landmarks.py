@@ -9,6 +9,7 @@ Points come back in frame px (z scaled like x and y; 0 for 2-D models); presence
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import cv2
 import numpy as np
@@ -20,6 +21,7 @@ from models.errors import ModelContractError
 from models.inference import check_contract
 from models.model_input import prepare_crops
 from models.registry import ModelSpec
+from models.session_io import fixed_batch_size, run_chunked_to_host
 from streamer.face import Frame
 
 logger = logging.getLogger(__name__)
@@ -134,20 +136,13 @@ class Landmarker:
         self._session = session
         self._input_name = spec.inputs[0].name
         self._output_names = [tensor.name for tensor in spec.outputs]
-        batch_dim = session.get_inputs()[0].shape[0]
-        self._max_batch = batch_dim if isinstance(batch_dim, int) else None
+        self._max_batch = fixed_batch_size(session)
 
-    def forward(self, tensor: FloatArray) -> list[FloatArray]:
-        """Run the session, in chunks of the file's fixed batch size when it has one."""
-        chunk = self._max_batch or len(tensor)
-        runs = [
-            self._session.run(self._output_names, {self._input_name: tensor[start : start + chunk]})
-            for start in range(0, len(tensor), chunk)
-        ]
-        return [
-            np.concatenate([np.asarray(run[index]) for run in runs])
-            for index in range(len(self._output_names))
-        ]
+    def forward(self, tensor: Any) -> list[FloatArray]:
+        """Run the session (NumPy, or CuPy bound in place), in chunks of the file's fixed batch size."""
+        return run_chunked_to_host(
+            self._session, self._input_name, tensor, self._output_names, self._max_batch
+        )
 
     def detect(self, frame: Frame, landmarks_5: FloatArray, boxes: FloatArray) -> FaceLandmarks:
         """Landmarks of the N faces given by their 5 points [N,5,2] and boxes [N,4] (frame px)."""

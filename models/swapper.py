@@ -7,9 +7,7 @@ The file fixes N=1; a copy from `models.batch_conversion` takes any N, and `Swap
 """
 
 import logging
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import cv2
 import numpy as np
@@ -19,10 +17,11 @@ from numpy.typing import NDArray
 from onnx import numpy_helper
 
 from gpu_ops.affine import estimate_similarity
-from gpu_ops.backend import get_array_module, is_device_array, require_cupy, to_host
+from gpu_ops.backend import get_array_module
 from models.errors import ModelContractError
 from models.inference import check_contract
 from models.registry import ModelSpec
+from models.session_io import fixed_batch_size, run_to_device
 
 logger = logging.getLogger(__name__)
 
@@ -81,46 +80,6 @@ def postprocess_swapped(output: NDArray[np.floating]) -> NDArray[np.uint8]:
     return xp.ascontiguousarray(xp.rint(pixels).astype(xp.uint8).transpose(0, 2, 3, 1))  # type: ignore[no-any-return]
 
 
-def run_session(
-    session: ort.InferenceSession,
-    inputs: Mapping[str, Any],
-    output_name: str,
-    output_shape: tuple[int, ...],
-) -> Any:
-    """`forward` for host or device arrays: NumPy in, NumPy out; CuPy in, CuPy out.
-
-    Device arrays are bound in place (IOBinding, output preallocated by CuPy) when the session runs on
-    CUDA; a CPU session gets a host round trip instead. Inputs are cast to the session's input dtypes.
-    """
-    declared = {arg.name: _numpy_dtype(arg.type) for arg in session.get_inputs()}
-    if not any(is_device_array(array) for array in inputs.values()):
-        feeds = {name: np.asarray(array).astype(declared[name], copy=False) for name, array in inputs.items()}
-        (output,) = session.run([output_name], feeds)
-        return np.asarray(output, dtype=np.float32)
-    cupy = require_cupy()
-    if session.get_providers()[0] not in ("CUDAExecutionProvider", "TensorrtExecutionProvider"):
-        host = {name: to_host(array) for name, array in inputs.items()}
-        return cupy.asarray(run_session(session, host, output_name, output_shape))
-    output_type = next(arg.type for arg in session.get_outputs() if arg.name == output_name)
-    output = cupy.empty(output_shape, dtype=_numpy_dtype(output_type))
-    device_id = output.device.id
-    binding = session.io_binding()
-    kept_alive = []  # the bound buffers must outlive the run
-    for name, array in inputs.items():
-        if is_device_array(array):
-            bound = cupy.ascontiguousarray(array, dtype=declared[name])
-            kept_alive.append(bound)
-            binding.bind_input(name, "cuda", device_id, bound.dtype.type, list(bound.shape), bound.data.ptr)
-        else:
-            binding.bind_cpu_input(name, np.ascontiguousarray(array, dtype=declared[name]))
-    binding.bind_output(
-        output_name, "cuda", device_id, output.dtype.type, list(output.shape), output.data.ptr
-    )
-    cupy.cuda.get_current_stream().synchronize()  # ORT runs on its own stream unless configured to share
-    session.run_with_iobinding(binding)
-    return output.astype(cupy.float32, copy=False)
-
-
 def feathered_box_mask(
     size: tuple[int, int], *, margin_fraction: float = 0.1, feather_fraction: float = 0.1
 ) -> NDArray[np.float32]:
@@ -140,15 +99,6 @@ def feathered_box_mask(
     return np.ascontiguousarray(mask)
 
 
-def _batch_dim(session: ort.InferenceSession) -> int | None:
-    first = session.get_inputs()[0].shape[0]
-    return first if isinstance(first, int) else None
-
-
-def _numpy_dtype(ort_type: str) -> type[np.floating]:
-    return np.float16 if ort_type == "tensor(float16)" else np.float32
-
-
 class Swapper:
     """Runs an inswapper session; batches in one call when the session's batch dim is symbolic."""
 
@@ -166,7 +116,7 @@ class Swapper:
         self.session = session
         self.spec = spec
         self.emap = np.ascontiguousarray(emap, dtype=np.float32)
-        self.fixed_batch = _batch_dim(session)
+        self.fixed_batch = fixed_batch_size(session)
         self.batch_buckets = tuple(sorted(batch_buckets))
         self._target_name, self._source_name = spec.inputs[0].name, spec.inputs[1].name
         self._output_name = spec.outputs[0].name
@@ -183,7 +133,7 @@ class Swapper:
     def forward(self, target: NDArray[np.float32], source: NDArray[np.float32]) -> NDArray[np.float32]:
         """One session run; shapes must already fit the session. CuPy targets stay on the device."""
         inputs = {self._target_name: target, self._source_name: source}
-        return run_session(self.session, inputs, self._output_name, tuple(target.shape))  # type: ignore[no-any-return]
+        return run_to_device(self.session, inputs, self._output_name, tuple(target.shape))  # type: ignore[no-any-return]
 
     def _chunk_size(self, remaining: int) -> int:
         if self.fixed_batch is not None:
