@@ -9,17 +9,21 @@ Output: `Detections` (boxes [N,4] x1,y1,x2,y2, scores [N], landmarks_5 [N,5,2] I
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import cv2
 import numpy as np
 import onnxruntime as ort
 from numpy.typing import NDArray
 
+from gpu_ops.affine_crop import crop_faces
+from gpu_ops.backend import get_array_module, is_device_array
 from gpu_ops.errors import InvalidFrameError
 from models.detector_decoders import Candidates, decoder_for
 from models.errors import ModelContractError
 from models.inference import check_contract
 from models.registry import ModelSpec
+from models.session_io import fixed_batch_size, run_chunked_to_host
 from streamer.face import Frame
 
 logger = logging.getLogger(__name__)
@@ -59,9 +63,68 @@ def letterbox_scale(frame_size: tuple[int, int], input_size: InputSize) -> float
     return min(input_size[0] / frame_size[0], input_size[1] / frame_size[1])
 
 
-def prepare_detector_input(frames: Sequence[Frame], input_size: InputSize, spec: ModelSpec) -> FloatArray:
+def letterbox_matrices(
+    count: int, frame_size: tuple[int, int], input_size: InputSize, prefilter: int = 1
+) -> FloatArray:
+    """[N,2,3] affine from a frame box-averaged by `prefilter` to the letterbox input, pixel centres
+    aligned as a resize aligns them (x_in = s * x + (s - 1) / 2)."""
+    scale = letterbox_scale(frame_size, input_size) * prefilter
+    shift = 0.5 * scale - 0.5
+    matrix = np.array([[scale, 0.0, shift], [0.0, scale, shift]], np.float32)
+    return np.repeat(matrix[None], count, axis=0)
+
+
+def box_average(frame: Any, factor: int) -> Any:
+    """Mean of each `factor` x `factor` block (rows/columns past the last whole block dropped), uint8."""
+    if factor <= 1:
+        return frame
+    xp = get_array_module(frame)
+    height, width = (frame.shape[0] // factor) * factor, (frame.shape[1] // factor) * factor
+    blocks = frame[:height, :width].reshape(height // factor, factor, width // factor, factor, 3)
+    return xp.rint(blocks.mean(axis=(1, 3), dtype=xp.float32)).astype(xp.uint8)
+
+
+def prepare_detector_input_by_crop(frames: Sequence[Any], input_size: InputSize, spec: ModelSpec) -> Any:
+    """`prepare_detector_input` built from array ops plus one batched crop launch: the device path.
+
+    Area resampling, which detectors are trained on, is approximated by an integer box average down to
+    within 2x of the input scale, then a bilinear resize (which at scale 1/2 is itself a 2x2 average). The
+    crop replicates borders, so the letterbox padding is then set to what a zero pixel normalises to.
+    """
+    height, width = frames[0].shape[:2]
+    for frame in frames:
+        if frame.shape != frames[0].shape:
+            raise InvalidFrameError(
+                f"detect_batch needs frames of one size: {frame.shape} vs {frames[0].shape}"
+            )
+    scale = letterbox_scale((width, height), input_size)
+    factor = max(1, int(1.0 / scale))  # the residual bilinear scale lands in (0.5, 1]
+    tensor = crop_faces(
+        [box_average(frame, factor) for frame in frames],
+        np.arange(len(frames), dtype=np.intp),
+        letterbox_matrices(len(frames), (width, height), input_size, factor),
+        input_size,
+        scale=spec.scale,
+        mean=spec.mean,
+        std=spec.std,
+        swap_rb=spec.color_order == "bgr",
+        layout="nchw",
+    )
+    resized_width = min(input_size[0], round(width * scale))
+    resized_height = min(input_size[1], round(height * scale))
+    for channel in range(3):  # mean and std are in the model's channel order, as in the crop
+        padding = np.float32((0.0 - spec.mean[channel]) / spec.std[channel])
+        tensor[:, channel, resized_height:, :] = padding
+        tensor[:, channel, :, resized_width:] = padding
+    return tensor
+
+
+def prepare_detector_input(frames: Sequence[Any], input_size: InputSize, spec: ModelSpec) -> Any:
     """[N,3,h,w] float32: each frame resized by `letterbox_scale`, padded right/bottom with zeros,
-    in the spec's colour order and normalisation (x * scale - mean) / std."""
+    in the spec's colour order and normalisation (x * scale - mean) / std. CuPy frames give a CuPy
+    tensor (`prepare_detector_input_by_crop`); host frames use OpenCV's area resize."""
+    if is_device_array(frames[0]):
+        return prepare_detector_input_by_crop(frames, input_size, spec)
     width, height = input_size
     frame_height, frame_width = frames[0].shape[:2]
     scale = letterbox_scale((frame_width, frame_height), input_size)
@@ -147,20 +210,14 @@ class Detector:
         self._session = session
         self._input_name = spec.inputs[0].name
         self._output_names = [tensor.name for tensor in spec.outputs]
-        batch_dim = session.get_inputs()[0].shape[0]
-        self._max_batch = batch_dim if isinstance(batch_dim, int) else None
+        self._max_batch = fixed_batch_size(session)
 
-    def forward(self, tensor: FloatArray) -> dict[str, FloatArray]:
-        """Run the session on [N,3,h,w]; outputs by name, batch axis first."""
-        chunk = self._max_batch or len(tensor)
-        runs = [
-            self._session.run(self._output_names, {self._input_name: tensor[start : start + chunk]})
-            for start in range(0, len(tensor), chunk)
-        ]
-        return {
-            name: np.concatenate([np.asarray(run[index]) for run in runs], axis=0)
-            for index, name in enumerate(self._output_names)
-        }
+    def forward(self, tensor: Any) -> dict[str, FloatArray]:
+        """Run the session on [N,3,h,w] (NumPy, or CuPy bound in place); host outputs by name."""
+        outputs = run_chunked_to_host(
+            self._session, self._input_name, tensor, self._output_names, self._max_batch
+        )
+        return dict(zip(self._output_names, outputs))
 
     def detect(self, frame: Frame, *, input_size: InputSize | None = None) -> Detections:
         """Faces in one frame; `input_size` overrides the constructor's (e.g. lower res for tracking)."""

@@ -6,14 +6,15 @@ import cv2
 import numpy as np
 import pytest
 
-from models.detector import Detector
+from models import detector as detector_module
+from models.detector import Detector, fit_input_size
 from models.embedder import Embedder, identity_distance
 from models.inference import InferenceConfig
 from models.landmarks import Landmarker
 from models.model_files import ModelStore
 from streamer.face import Frame
 from streamer.face_selector import select_faces
-from streamer.face_tracker import FaceTracker, analyse_image, landmarks_5_from_mesh
+from streamer.face_tracker import FaceTracker, analyse_image, box_iou, landmarks_5_from_mesh
 
 DETECTORS = ("yunet_n", "scrfd_500m", "retinaface_mnet025")
 # fr_obama.jpg face box per detector (MANIFEST; RetinaFace measured here)
@@ -162,3 +163,23 @@ def test_analyse_image_on_a_small_photo(store: ModelStore, config: InferenceConf
     landmarker = Landmarker(store.session("facemesh_468", config), store.spec("facemesh_468"))
     faces = analyse_image(detector, landmarker, load(media_dir, "fr_obama_small.jpg"))
     assert len(faces) == 1 and faces[0].mesh is not None
+
+
+@pytest.mark.parametrize("name", DETECTORS)
+def test_device_letterbox_finds_the_same_faces(
+    store: ModelStore, config: InferenceConfig, media_dir: Path, name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The GPU path's letterbox (one batched bilinear crop, run here by its CPU mirror) detects what the
+    host's area resize detects, at the tracker's 320-px width (scale 1/2 to 1/4 on these photos)."""
+    detector = detector_for(store, config, name)
+    images = [load(media_dir, photo) for photo in ("fr_obama.jpg", "fr_two_people.jpg", "insightface_t1.jpg")]
+    sizes = [fit_input_size((image.shape[1], image.shape[0]), 320) for image in images]
+    host = [detector.detect(image, input_size=size) for image, size in zip(images, sizes)]
+    monkeypatch.setattr(detector_module, "is_device_array", lambda array: True)
+    by_crop = [detector.detect(image, input_size=size) for image, size in zip(images, sizes)]
+    for expected, found in zip(host, by_crop):
+        assert len(found) == len(expected)
+        order = np.argmax(box_iou(expected.boxes, found.boxes), axis=1)
+        assert np.diag(box_iou(expected.boxes, found.boxes[order])).min() > 0.85
+        face_sizes = (expected.boxes[:, 2] - expected.boxes[:, 0])[:, None, None]
+        assert (np.abs(found.landmarks_5[order] - expected.landmarks_5) / face_sizes).max() < 0.05

@@ -1,5 +1,6 @@
 """Detector: letterbox input, batching, NMS and mapping back to frame px, with a fake YuNet session."""
 
+import cv2
 import numpy as np
 import pytest
 from numpy.typing import NDArray
@@ -11,6 +12,7 @@ from models.detector import (
     fit_input_size,
     non_max_suppression,
     prepare_detector_input,
+    prepare_detector_input_by_crop,
 )
 from models.errors import ModelContractError
 from models.registry import get_spec
@@ -130,3 +132,26 @@ def test_contract_and_frame_checks() -> None:
 def test_empty_detections_have_fixed_shapes() -> None:
     empty = Detections.empty()
     assert len(empty) == 0 and empty.landmarks_5.shape == (0, 5, 2)
+
+
+@pytest.mark.parametrize("frame_size", [(128, 96), (256, 192), (96, 72)])
+def test_device_letterbox_by_crop_matches_the_area_resize(frame_size: tuple[int, int]) -> None:
+    """The GPU path letterboxes with a box average plus the batched crop; at scales 1/2 and 1/4 that is
+    OpenCV's area resize up to rounding, and between them it stays within a few levels."""
+    rng = np.random.default_rng(3)
+    width, height = frame_size
+    frames = [rng.integers(0, 256, (height, width, 3), dtype=np.uint8) for _ in range(2)]
+    frames = [cv2.GaussianBlur(frame, (0, 0), 1.0) for frame in frames]  # camera-like, not pure noise
+    host = prepare_detector_input(frames, (64, 64), YUNET)
+    by_crop = prepare_detector_input_by_crop(frames, (64, 64), YUNET)
+    assert by_crop.shape == host.shape == (2, 3, 64, 64)
+    exact_scale = width in (128, 256)
+    assert np.abs(by_crop - host).max() <= (1.0 if exact_scale else 12.0)
+    assert np.abs(by_crop - host).mean() <= (0.5 if exact_scale else 3.0)
+    assert np.all(by_crop[:, :, 48:, :] == 0.0)  # padding below the 64 x 48 image, as on the host
+
+
+def test_device_letterbox_rejects_mixed_frame_sizes() -> None:
+    frames = [np.zeros((96, 128, 3), np.uint8), np.zeros((96, 96, 3), np.uint8)]
+    with pytest.raises(InvalidFrameError, match="one size"):
+        prepare_detector_input_by_crop(frames, (64, 64), YUNET)
