@@ -28,7 +28,13 @@ from models.landmarks import Landmarker
 from streamer.face import Frame, TrackedFace
 from streamer.stage_timer import StageTimer
 from streamer.swap_engines.base import EngineName, NoFaceError, SourceFace, SwapOptions
-from streamer.swap_engines.mesh_source import MeshSource, MeshSourceConfig, build_mesh_source, mouth_openness
+from streamer.swap_engines.mesh_source import (
+    MeshSource,
+    MeshSourceConfig,
+    TextureName,
+    build_mesh_source,
+    mouth_openness,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -106,7 +112,8 @@ class MeshEngine:
         dst_triangles = mesh[topology.ALL_TRIANGLES, :2] - origin
         on_device = is_device_array(frame)  # CuPy frame: field, warp, masks and blend stay on the device
         field_ = build_remap(dst_triangles, source.src_triangles, (x2 - x1, y2 - y1), on_device=on_device)
-        texture = source.texture_features_cut if options.mouth_mask else source.texture
+        texture_name: TextureName = "texture_features_cut" if options.mouth_mask else "texture"
+        texture = source.pixels_on_device(texture_name) if on_device else getattr(source, texture_name)
         warped = apply_remap(texture, field_)
         patch = get_array_module(warped).ascontiguousarray(warped[..., :3])
         alpha = warped[..., 3].astype(np.float32) * np.float32(1.0 / 255.0)
@@ -119,7 +126,8 @@ class MeshEngine:
             alpha[inner_mouth > 0] = 0.0
         lips_weight = self.lips_weight(mesh, source)
         if lips_weight > 0.0:
-            lips = apply_remap(source.lips_mask, field_).astype(np.float32) * np.float32(1.0 / 255.0)
+            lips_mask = source.pixels_on_device("lips_mask") if on_device else source.lips_mask
+            lips = apply_remap(lips_mask, field_).astype(np.float32) * np.float32(1.0 / 255.0)
             alpha *= 1.0 - lips_weight * lips
         region = frame[y1:y2, x1:x2]
         warped_at = time.perf_counter()

@@ -12,13 +12,14 @@ A source turned further than `max_source_yaw_degrees` is refused: mirroring cann
 """
 
 import logging
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 import cv2
 import numpy as np
 from numpy.typing import NDArray
 
+from gpu_ops.backend import require_cupy
 from gpu_ops.masks import feather_inside_cpu, feather_outside_cpu, fill_polygons_cpu, skin_mask_cpu
 from models import face_mesh_topology as topology
 from streamer.face import Frame
@@ -27,6 +28,7 @@ from streamer.swap_engines.base import NoFaceError
 logger = logging.getLogger(__name__)
 
 Points = NDArray[np.float32]
+TextureName = Literal["texture", "texture_features_cut", "lips_mask"]
 # the inner-mouth cut reaches this far past its outline in the texture, so the bilinear sample of a
 # target pixel inside the target's inner mouth never picks up alpha from outside the cut
 MIN_CUT_MARGIN_PX = 2.5  # 1 px of bilinear reach + 1 px of outline rasterisation, with room
@@ -68,6 +70,16 @@ class MeshSource:
     yaw_degrees: float
     mirrored_triangles: int
     engine: Literal["mesh"] = "mesh"
+    _device_copies: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    def pixels_on_device(self, name: TextureName) -> Any:
+        """A texture or mask as a CuPy array, uploaded once per source: a source photo is prepared once
+        and then swapped onto every frame of the stream, so it lives on the device, not on the bus."""
+        copy = self._device_copies.get(name)
+        if copy is None:
+            copy = require_cupy().asarray(getattr(self, name))
+            self._device_copies[name] = copy
+        return copy
 
 
 def mouth_openness(mesh: Points) -> float:
