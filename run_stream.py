@@ -11,6 +11,8 @@ import logging
 import sys
 from collections.abc import Callable
 
+from streamer.micro_batcher import DEFAULT_MAX_WAIT_MS  # stdlib-only module: cheap for every subcommand
+
 # subcommand -> module whose `run(args) -> int` does the work (imported lazily: `models list` must not
 # pay for aiortc, and `swap` must not need a web stack)
 COMMANDS: dict[str, str] = {
@@ -95,6 +97,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--source", help="face image set as the source of every WHIP stream (no REST call needed)"
+    )
+    serve.add_argument(
+        "--batch-wait-ms",
+        type=float,
+        default=DEFAULT_MAX_WAIT_MS,
+        help="how long a frame may wait for other sessions' frames to share its batch (ms)",
     )
     add_hardening_options(serve)
     add_model_options(serve)

@@ -1,14 +1,19 @@
-"""The ONE worker thread: takes the newest frame of every active session and runs them through the
-pipeline as one batch, so nothing model-sized ever runs on the event loop (DESIGN.md section 2).
+"""The ONE worker thread: runs the sessions' newest frames through the pipeline in batches, so nothing
+model-sized ever runs on the event loop (DESIGN.md section 2).
 
 Each session owns a `WorkerLane` (mailbox + tracking state + source + settings + a deliver callback).
-Other blocking pipeline calls (prepare_source, new_stream) go through `call()`, so the pipeline, which is
-not thread-safe, is only ever touched by this thread.
+The worker moves every lane's newest frame from its mailbox (the thread-safe hand-off from the event
+loop) into a `MicroBatcher`, which decides when a batch closes and which sessions' frames it holds: at
+once when every session has a frame waiting or the largest bucket is full, else `max_wait_ms` after the
+first frame, round-robin when more sessions wait than fit. Other blocking pipeline calls (prepare_source,
+new_stream) go through `call()` and run between batches, so the pipeline, which is not thread-safe, is
+only ever touched by this thread.
 
 Faults stay with the session that caused them: a batch that raises is retried one frame at a time, so
 only the failing session's frame passes through; a session whose frames fail `MAX_LANE_FAILURES` times in
 a row is reported through `on_lane_failed` (the daemon ends it). A frame the decoder mangled is dropped.
-Out of GPU memory halves the batch bucket (`BatchPolicy`) and the batch is run again in smaller pieces.
+Out of GPU memory halves the batch bucket (`BatchPolicy`, shared with the batcher, so later batches are
+closed at the smaller size too) and the batch is run again in smaller pieces.
 """
 
 import asyncio
@@ -26,7 +31,7 @@ from av import VideoFrame
 
 from streamer.mailbox import FrameMailbox
 from streamer.metrics import DaemonMetrics
-from streamer.micro_batcher import BatchPolicy
+from streamer.micro_batcher import Batch, BatchPolicy, MicroBatcher
 from streamer.pipeline_binding import PipelineBinding, Settings, SourceHandle, StreamState
 from streamer.provenance import check_label, draw_label
 
@@ -102,7 +107,8 @@ class BatchWorker:
         self._binding = binding
         self._metrics = metrics
         self._label = check_label(label) if label is not None else None
-        self.policy = policy or BatchPolicy()  # replaced by a smaller one after out-of-memory
+        # owns the policy (see `policy`); locks itself, as attach/detach run on the event loop
+        self._batcher: MicroBatcher[tuple[WorkerLane, InboundFrame]] = MicroBatcher(policy)
         self._on_lane_failed = on_lane_failed
         self._lanes: dict[str, WorkerLane] = {}
         self._lanes_lock = threading.Lock()
@@ -114,6 +120,11 @@ class BatchWorker:
         self._last_error_log = 0.0
         self.error: BaseException | None = None
         self.batches = 0
+
+    @property
+    def policy(self) -> BatchPolicy:
+        """The batch policy in force: the batcher's, so both shrink together after out-of-memory."""
+        return self._batcher.policy
 
     @property
     def running(self) -> bool:
@@ -148,11 +159,16 @@ class BatchWorker:
     def attach(self, lane: WorkerLane) -> None:
         with self._lanes_lock:
             self._lanes[lane.session_id] = lane
+            self._batcher.attach(lane.session_id)
         lane.mailbox.on_put = self._wake.set
+        self._wake.set()  # a frame put before attach must not wait for the idle timeout
 
     def detach(self, lane: WorkerLane) -> None:
+        """After this returns no frame of the lane waits anywhere; a batch already running still
+        delivers its frame (the session ignores it once closed)."""
         with self._lanes_lock:
             self._lanes.pop(lane.session_id, None)
+            self._batcher.detach(lane.session_id)
         lane.mailbox.clear()
 
     async def call(self, function: Callable[[], Result]) -> Result:
@@ -172,10 +188,15 @@ class BatchWorker:
     def _run(self) -> None:
         try:
             while not self._stopping.is_set():
-                self._wake.wait(IDLE_WAIT_S)
-                self._wake.clear()
+                self._wake.clear()  # before looking: a frame or call() arriving after this wakes us
                 self._run_calls()
-                self._run_batch()
+                self._submit_new_frames()
+                batch = self._batcher.poll()
+                if batch is not None:
+                    self._run_batch(batch)
+                    continue  # pending calls first, then what waited meanwhile
+                due_in = self._batcher.seconds_until_due()
+                self._wake.wait(IDLE_WAIT_S if due_in is None else min(due_in, IDLE_WAIT_S))
         except BaseException as error:  # a bug, not a per-frame failure: record it for the owner
             self.error = error
             logger.exception("worker thread crashed")
@@ -192,12 +213,22 @@ class BatchWorker:
             except Exception as error:  # noqa: BLE001 - handed to the awaiting caller
                 future.set_exception(error)
 
-    def _run_batch(self) -> None:
+    def _submit_new_frames(self) -> None:
+        """Every lane's newest frame into the batcher; under the lanes lock, so a detached lane's frame
+        cannot slip in after `detach`. A frame it replaces was taken from the mailbox and never ran: a drop."""
         with self._lanes_lock:
-            lanes = list(self._lanes.values())
-        taken = [(lane, item) for lane in lanes if (item := lane.mailbox.take()) is not None]
-        if not taken:
-            return
+            for lane in self._lanes.values():
+                item = lane.mailbox.take()
+                if item is None:
+                    continue
+                dropped_before = self._batcher.dropped
+                self._batcher.submit(lane.session_id, (lane, item))
+                if self._batcher.dropped != dropped_before and self._metrics is not None:
+                    self._metrics.frames_dropped.inc(session_id=lane.session_id)
+                    self._metrics.batcher_dropped.inc()
+
+    def _run_batch(self, batch: Batch[tuple[WorkerLane, InboundFrame]]) -> None:
+        taken = list(batch.items)
         started = time.perf_counter()
         converted_in = self._convert_in(taken)
         jobs = [
@@ -223,6 +254,9 @@ class BatchWorker:
             self._metrics.stage_seconds.observe(processed - converted, stage="pipeline")
             self._metrics.stage_seconds.observe(finished - processed, stage="convert_out")
             self._metrics.batch_size.observe(len(taken))
+            self._metrics.batches.inc(reason=batch.reason)
+            for waited in batch.waited_s():
+                self._metrics.batch_wait_seconds.observe(waited)
 
     def _convert_in(
         self, taken: list[tuple[WorkerLane, InboundFrame]]
@@ -278,7 +312,7 @@ class BatchWorker:
             return False
         new_largest = bucket // 2
         buckets = tuple(size for size in self.policy.buckets if size <= new_largest) or (new_largest,)
-        self.policy = BatchPolicy(buckets=buckets, max_wait_ms=self.policy.max_wait_ms)
+        self._batcher.policy = BatchPolicy(buckets=buckets, max_wait_ms=self.policy.max_wait_ms)
         logger.warning(
             "out of memory in a batch of %d (%s); largest batch is now %d",
             failed_size,

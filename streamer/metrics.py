@@ -29,6 +29,9 @@ DEFAULT_BUCKETS: tuple[float, ...] = (
     2.5,
 )
 
+# seconds; the batch deadline is a few ms (serve --batch-wait-ms), so finer than DEFAULT_BUCKETS
+BATCH_WAIT_BUCKETS: tuple[float, ...] = (0.0005, 0.001, 0.002, 0.004, 0.008, 0.016, 0.033, 0.1, 0.25)
+
 
 def _escape_label(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
@@ -194,7 +197,9 @@ class DaemonMetrics:
             "livefuse_frames_out_total", "Video frames sent per session", ("session_id",)
         )
         self.frames_dropped = registry.counter(
-            "livefuse_frames_dropped_total", "Frames dropped (mailbox overwrite, full queue)", ("session_id",)
+            "livefuse_frames_dropped_total",
+            "Frames dropped (mailbox or batcher overwrite, full queue)",
+            ("session_id",),
         )
         self.stage_seconds = registry.histogram(
             "livefuse_stage_seconds", "Time per processing stage (batch = one pipeline call)", ("stage",)
@@ -207,6 +212,20 @@ class DaemonMetrics:
         )
         self.batch_size = registry.histogram(
             "livefuse_batch_size", "Frames per pipeline batch", buckets=(1, 2, 4, 8, 16)
+        )
+        self.batches = registry.counter(
+            "livefuse_batches_total",
+            "Batches closed by the micro-batcher, by why (full, all_sessions, deadline)",
+            ("reason",),
+        )
+        self.batch_wait_seconds = registry.histogram(
+            "livefuse_batch_wait_seconds",
+            "Time a frame waited in the micro-batcher for company before its batch closed",
+            buckets=BATCH_WAIT_BUCKETS,
+        )
+        self.batcher_dropped = registry.counter(
+            "livefuse_batcher_dropped_total",
+            "Frames replaced in the micro-batcher by a newer one before they ran (also in frames_dropped)",
         )
         self.model_info = registry.gauge(
             "livefuse_model_info", "Engine, provider and models in use (value 1)", ("key", "value")

@@ -16,6 +16,7 @@ from streamer.codec_tuning import install_codec_tuning
 from streamer.ice_addresses import restrict_ice_addresses
 from streamer.jitter_marker import install_marker_release
 from streamer.metrics import DaemonMetrics
+from streamer.micro_batcher import BatchPolicy
 from streamer.peer_session import EndedCallback, PeerSession
 from streamer.pipeline_binding import PipelineBinding
 from streamer.session_registry import SessionRegistry
@@ -41,6 +42,7 @@ class DaemonConfig:
     label: str | None = None  # drawn bottom-right on swapped frames
     drain_timeout_s: float = 10.0  # SIGTERM: open sessions closed within this
     default_source: Path | None = None  # serve --source: the face set on every new WHIP stream
+    batch_policy: BatchPolicy = field(default_factory=BatchPolicy)  # serve --batch-wait-ms
 
 
 class DaemonEngine:
@@ -78,7 +80,11 @@ class DaemonEngine:
             binding = await asyncio.to_thread(self._load_binding)
             description = binding.pipeline.describe()
             worker = BatchWorker(
-                binding, self.metrics, label=self.config.label, on_lane_failed=self._end_failed_session
+                binding,
+                self.metrics,
+                label=self.config.label,
+                policy=self.config.batch_policy,
+                on_lane_failed=self._end_failed_session,
             )
             worker.start()
         except Exception as error:  # noqa: BLE001 - reported through `loaded`; the owner decides

@@ -6,6 +6,7 @@ closed, worker thread joined, nothing left running.
 import argparse
 import asyncio
 import logging
+import math
 import os
 import signal
 import ssl
@@ -15,6 +16,7 @@ from typing import Any
 from aiohttp import web
 
 from gpu_ops.errors import InvalidInputError
+from streamer.micro_batcher import BatchPolicy
 from streamer.pipeline_binding import PipelineBinding
 from web.app import CONFIG_KEY, ENGINE_KEY, DaemonConfig, create_app
 
@@ -26,8 +28,17 @@ def config_from_args(args: argparse.Namespace) -> DaemonConfig:
         max_sessions=args.max_sessions,
         ice_addresses=tuple(args.ice_address),
         default_source=default_source_path(getattr(args, "source", None)),
+        batch_policy=batch_policy_from_args(args),
         **hardening_fields(args),
     )
+
+
+def batch_policy_from_args(args: argparse.Namespace) -> BatchPolicy:
+    """`--batch-wait-ms` checked before the server starts (a NaN deadline would never close a batch)."""
+    wait_ms = args.batch_wait_ms
+    if not math.isfinite(wait_ms) or wait_ms < 0:
+        raise InvalidInputError(f"--batch-wait-ms must be a number >= 0, got {wait_ms}")
+    return BatchPolicy(max_wait_ms=wait_ms)
 
 
 def hardening_fields(args: argparse.Namespace) -> dict[str, Any]:

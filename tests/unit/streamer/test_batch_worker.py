@@ -2,14 +2,19 @@ import asyncio
 import fractions
 import threading
 import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 import av
 import numpy as np
 import pytest
 
 from streamer.batch_worker import BatchWorker, InboundFrame, WorkerLane
+from streamer.face import Frame
 from streamer.metrics import DaemonMetrics
+from streamer.micro_batcher import BatchPolicy
 from tests.fakes_pipeline import (
+    FakeFrameJob,
     FakePipeline,
     FakeSource,
     FakeStreamState,
@@ -17,6 +22,8 @@ from tests.fakes_pipeline import (
     face_box,
     fake_binding,
 )
+
+OUT_OF_MEMORY = "Failed to allocate memory for requested buffer of size 268435456"  # ONNX Runtime's words
 
 
 def _inbound(pts: int, value: int = 100) -> InboundFrame:
@@ -40,6 +47,14 @@ class Collector:
 
 async def _wait(event: threading.Event) -> None:
     assert await asyncio.to_thread(event.wait, 5.0), "timed out"
+
+
+async def _until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
+    """For state the worker changes without an event (a mailbox's counters)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.01)
 
 
 async def test_newest_frame_of_every_lane_goes_in_one_batch() -> None:
@@ -124,3 +139,166 @@ async def test_close_before_start_twice_and_after_crash() -> None:
     assert crashing.error is not None and not crashing.running
     await crashing.close()
     await crashing.close()
+
+
+@dataclass
+class NamedStream(FakeStreamState):
+    """A stream state that says whose it is, so a pipeline call can be traced back to its sessions."""
+
+    name: str = ""
+
+
+@dataclass
+class RecordingPipeline(FakePipeline):
+    """Records when each process_batch call came and whose frames it held; `on_call` runs inside it
+    (with the call's index), as a camera's next frames would arrive while the worker is busy. Raises
+    out-of-memory, as ONNX Runtime does, for batches larger than `fits`."""
+
+    fits: int = 16
+    calls: list[tuple[float, tuple[str, ...]]] = field(default_factory=list)
+    on_call: Callable[[int], None] | None = None
+
+    def process_batch(self, jobs: Sequence[FakeFrameJob]) -> list[Frame]:
+        names = tuple(job.stream.name for job in jobs if isinstance(job.stream, NamedStream))
+        self.calls.append((time.monotonic(), names))
+        if self.on_call is not None:
+            self.on_call(len(self.calls))
+        if len(jobs) > self.fits:
+            self.batch_sizes.append(len(jobs))
+            raise RuntimeError(OUT_OF_MEMORY)
+        return super().process_batch(jobs)
+
+
+def _named_lanes(count: int, collectors: Sequence[Collector]) -> list[WorkerLane]:
+    lanes = [
+        WorkerLane(f"s{i}", NamedStream(name=f"s{i}"), FakeSwapSettings(), collectors[i])
+        for i in range(count)
+    ]
+    for lane in lanes:
+        lane.source = FakeSource((200, 20, 20))
+    return lanes
+
+
+async def test_a_lone_session_does_not_wait_for_the_deadline() -> None:
+    pipeline = RecordingPipeline()
+    metrics = DaemonMetrics()
+    worker = BatchWorker(fake_binding(pipeline), metrics, policy=BatchPolicy(max_wait_ms=60_000.0))
+    collector = Collector(1)
+    (lane,) = _named_lanes(1, [collector])
+    worker.start()
+    try:
+        worker.attach(lane)
+        lane.mailbox.put(_inbound(0))
+        await _wait(collector.done)  # 5 s, far below the 60 s deadline
+    finally:
+        await worker.close()
+    assert [names for _, names in pipeline.calls] == [("s0",)]
+    assert metrics.batches.value(reason="all_sessions") == 1 and metrics.batch_wait_seconds.value() == 1
+
+
+async def test_a_frame_waits_for_the_other_session_until_the_deadline_then_runs_alone() -> None:
+    pipeline = RecordingPipeline()
+    metrics = DaemonMetrics()
+    worker = BatchWorker(fake_binding(pipeline), metrics, policy=BatchPolicy(max_wait_ms=200.0))
+    collectors = [Collector(1), Collector(1)]
+    lanes = _named_lanes(2, collectors)
+    worker.start()
+    try:
+        for lane in lanes:
+            worker.attach(lane)
+        put_at = time.monotonic()
+        lanes[0].mailbox.put(_inbound(0))  # s1 sends nothing
+        await _wait(collectors[0].done)
+    finally:
+        await worker.close()
+    ((called_at, names),) = pipeline.calls
+    assert names == ("s0",) and not collectors[1].items
+    assert called_at - put_at >= 0.15, f"ran {called_at - put_at:.3f} s after the put, before the deadline"
+    assert metrics.batches.value(reason="deadline") == 1
+
+
+async def test_twenty_sessions_in_batches_of_four_are_all_served_in_turn() -> None:
+    pipeline = RecordingPipeline()
+    metrics = DaemonMetrics()
+    worker = BatchWorker(fake_binding(pipeline), metrics, policy=BatchPolicy(buckets=(1, 2, 4)))
+    collectors = [Collector(1) for _ in range(20)]
+    lanes = _named_lanes(20, collectors)
+    ten_calls = threading.Event()
+
+    def refill(calls: int) -> None:
+        """Every session has a newer frame each time the worker is busy: all 20 always wait."""
+        if calls < 10:
+            for index, lane in enumerate(lanes):
+                lane.mailbox.put(_inbound(calls * 3000, value=index))
+        else:
+            ten_calls.set()
+
+    pipeline.on_call = refill
+    for index, lane in enumerate(lanes):
+        worker.attach(lane)
+        lane.mailbox.put(_inbound(0, value=index))  # before start: the first look sees all twenty
+    worker.start()
+    try:
+        await _wait(ten_calls)
+    finally:
+        await worker.close()
+    batches = [names for _, names in pipeline.calls]
+    assert all(len(names) <= 4 for names in batches)
+    everyone = {lane.session_id for lane in lanes}
+    for first in (0, 5):  # ceil(20 / 4) = 5 batches serve every session, again and again
+        served = [name for names in batches[first : first + 5] for name in names]
+        assert sorted(served) == sorted(everyone), batches[first : first + 5]
+    assert metrics.batches.value(reason="full") >= 10
+    # frames replaced in the batcher while others ran are drops, per session and in their own counter
+    assert metrics.batcher_dropped.value() > 0
+    dropped = sum(metrics.frames_dropped.value(session_id=lane.session_id) for lane in lanes)
+    assert dropped == metrics.batcher_dropped.value()
+
+
+async def test_out_of_memory_halves_the_policy_the_batcher_closes_batches_by() -> None:
+    pipeline = RecordingPipeline(fits=2)
+    metrics = DaemonMetrics()
+    policy = BatchPolicy(buckets=(1, 2, 4, 8), max_wait_ms=60_000.0)  # no deadline: full or all_sessions
+    worker = BatchWorker(fake_binding(pipeline), metrics, policy=policy)
+    collectors = [Collector(2) for _ in range(4)]
+    lanes = _named_lanes(4, collectors)
+    for lane in lanes:
+        worker.attach(lane)
+        lane.mailbox.put(_inbound(0))  # before start: one batch of all four
+    worker.start()
+    try:
+        await _until(lambda: all(collector.items for collector in collectors))
+        assert worker.policy.buckets == (1, 2) and worker.batches == 1
+        for lane in lanes:
+            lane.mailbox.put(_inbound(3000))
+        for collector in collectors:
+            await _wait(collector.done)
+    finally:
+        await worker.close()
+    assert pipeline.batch_sizes == [4, 2, 2, 2, 2]  # the failed 4, its halves, then two batches of 2
+    # the second round was closed by the batcher at 2 ("full"), not as one batch of 4 cut in pieces
+    assert worker.batches == 3 and metrics.batches.value(reason="full") == 2
+    assert all(len(collector.items) == 2 for collector in collectors)
+    for collector in collectors:
+        assert collector.items[-1][1].to_ndarray(format="rgb24")[60, 80, 0] > 150, "swapped, not passed"
+
+
+async def test_detach_removes_the_frame_waiting_in_the_batcher() -> None:
+    pipeline = RecordingPipeline()
+    worker = BatchWorker(fake_binding(pipeline), policy=BatchPolicy(max_wait_ms=60_000.0))
+    collectors = [Collector(1), Collector(1)]
+    leaving, staying = _named_lanes(2, collectors)
+    worker.start()
+    try:
+        worker.attach(leaving)
+        worker.attach(staying)
+        leaving.mailbox.put(_inbound(0))
+        await _until(lambda: leaving.mailbox.taken == 1)  # moved from the mailbox into the batcher
+        assert not pipeline.calls  # where it waits for `staying`'s frame
+        worker.detach(leaving)
+        staying.mailbox.put(_inbound(0))
+        await _wait(collectors[1].done)
+    finally:
+        await worker.close()
+    assert [names for _, names in pipeline.calls] == [("s1",)]
+    assert not collectors[0].items
