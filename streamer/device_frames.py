@@ -274,6 +274,12 @@ class DeviceFrames:
         A slot is reused `ring_size` downloads later.
         """
         height, width = planes.y.shape
+        return PlaneLayout.packed(width, height).views(self.download_packed(planes))
+
+    def download_packed(self, planes: I420Planes) -> NDArray[np.uint8]:
+        """`download`, returning the ring slot itself: Y, U, V back to back without padding, which is
+        the layout `av.VideoFrame.from_ndarray(slot.reshape(h * 3 // 2, w), format="yuv420p")` takes."""
+        height, width = planes.y.shape
         layout = PlaneLayout.packed(width, height)
         if layout != self._download_layout:
             self._device_output = self.transfers.device_buffer(layout.nbytes)
@@ -286,7 +292,7 @@ class DeviceFrames:
         self._next_slot = (self._next_slot + 1) % self.ring_size
         self.transfers.device_to_host(self._device_output, slot)
         self.ledger.record_download(layout.nbytes)
-        return layout.views(slot)
+        return slot
 
     def finish(self) -> None:
         """Wait until queued copies (and the kernels before them) are done."""
