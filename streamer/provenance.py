@@ -8,12 +8,16 @@ normal structured log with `event="audit"`: grep one key to get every session's 
 """
 
 import datetime
+import functools
 import logging
 from dataclasses import asdict, dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import cv2
+import numpy as np
+from numpy.typing import NDArray
 
+from gpu_ops.backend import is_device_array, require_cupy
 from gpu_ops.errors import InvalidInputError
 from streamer.face import Frame
 from streamer.frame_stamp import STAMP_HEIGHT, STAMP_WIDTH
@@ -65,18 +69,37 @@ def label_box(text: str, width: int, height: int) -> Box:
     return x1, y1, max(x1, x2), max(y1, y2)
 
 
-def draw_label(frame_rgb: Frame, text: str) -> Box:
-    """Draw `text` bottom-right on an RGB uint8 frame, in place; returns the box it covers."""
-    scale, thickness, _, text_height, baseline = _font_metrics(text, frame_rgb.shape[0])
-    x1, y1, x2, y2 = label_box(text, frame_rgb.shape[1], frame_rgb.shape[0])
+@functools.lru_cache(maxsize=16)
+def rendered_label(text: str, width: int, height: int) -> tuple[Box, NDArray[np.uint8]]:
+    """The label's box on a width x height frame and its pixels (opaque: it replaces what is under it).
+    Rendered once per text and frame size; each frame then costs one copy of a small patch."""
+    scale, thickness, _, text_height, baseline = _font_metrics(text, height)
+    x1, y1, x2, y2 = label_box(text, width, height)
+    patch = np.empty((max(0, y2 - y1), max(0, x2 - x1), 3), np.uint8)
+    patch[:] = BOX_COLOUR
     if x2 - x1 < 2 or y2 - y1 < 2:
-        return x1, y1, x1, y1  # nothing fits
-    region = frame_rgb[y1:y2, x1:x2]  # a view: drawing on it cannot leave the box
-    region[:] = BOX_COLOUR
-    cv2.rectangle(region, (0, 0), (x2 - x1 - 1, y2 - y1 - 1), TEXT_COLOUR, 1)
+        return (x1, y1, x1, y1), patch[:0, :0]  # nothing fits
+    cv2.rectangle(patch, (0, 0), (x2 - x1 - 1, y2 - y1 - 1), TEXT_COLOUR, 1)
     padding = max(3, text_height // 3)
     origin = (padding, y2 - y1 - padding - baseline)
-    cv2.putText(region, text, origin, FONT, scale, TEXT_COLOUR, thickness, cv2.LINE_AA)
+    cv2.putText(patch, text, origin, FONT, scale, TEXT_COLOUR, thickness, cv2.LINE_AA)
+    patch.flags.writeable = False  # shared by every frame of this size
+    return (x1, y1, x2, y2), patch
+
+
+@functools.lru_cache(maxsize=16)
+def _label_on_device(text: str, width: int, height: int) -> Any:
+    return require_cupy().asarray(rendered_label(text, width, height)[1])  # uploaded once, not per frame
+
+
+def draw_label(frame_rgb: Frame, text: str) -> Box:
+    """Draw `text` bottom-right on an RGB uint8 frame (NumPy or CuPy), in place; returns its box."""
+    height, width = frame_rgb.shape[:2]
+    (x1, y1, x2, y2), patch = rendered_label(text, width, height)
+    if x2 > x1 and y2 > y1:
+        frame_rgb[y1:y2, x1:x2] = (
+            _label_on_device(text, width, height) if is_device_array(frame_rgb) else patch
+        )
     return x1, y1, x2, y2
 
 
