@@ -140,8 +140,8 @@ def test_device_letterbox_by_crop_matches_the_area_resize(frame_size: tuple[int,
     OpenCV's area resize up to rounding, and between them it stays within a few levels."""
     rng = np.random.default_rng(3)
     width, height = frame_size
-    frames = [rng.integers(0, 256, (height, width, 3), dtype=np.uint8) for _ in range(2)]
-    frames = [cv2.GaussianBlur(frame, (0, 0), 1.0) for frame in frames]  # camera-like, not pure noise
+    noise = [rng.integers(0, 256, (height, width, 3), dtype=np.uint8) for _ in range(2)]
+    frames = [np.asarray(cv2.GaussianBlur(image, (0, 0), 1.0), np.uint8) for image in noise]  # camera-like
     host = prepare_detector_input(frames, (64, 64), YUNET)
     by_crop = prepare_detector_input_by_crop(frames, (64, 64), YUNET)
     assert by_crop.shape == host.shape == (2, 3, 64, 64)

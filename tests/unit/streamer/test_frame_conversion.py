@@ -23,7 +23,7 @@ from streamer.frame_conversion import (
 def photo_frame(media_dir: Path, width: int, height: int) -> VideoFrame:
     image = cv2.imread(str(media_dir / "fr_two_people.jpg"), cv2.IMREAD_COLOR)
     assert image is not None
-    rgb = np.ascontiguousarray(cv2.resize(image, (width, height))[..., ::-1])
+    rgb = np.ascontiguousarray(cv2.resize(image, (width, height))[..., ::-1], dtype=np.uint8)
     frame = VideoFrame.from_ndarray(rgb, format="rgb24").reformat(format="yuv420p")
     frame.pts, frame.time_base = 3000, Fraction(1, 90000)
     return frame
