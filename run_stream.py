@@ -104,6 +104,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_MAX_WAIT_MS,
         help="how long a frame may wait for other sessions' frames to share its batch (ms)",
     )
+    serve.add_argument(
+        "--frame-path",
+        choices=("auto", "host", "device"),
+        default="auto",
+        help="where frames are converted: auto = device (planes up once, down once) on the GPU backend, "
+        "host (libswscale) on the CPU; device on a CPU runs the GPU path's NumPy mirrors",
+    )
     add_hardening_options(serve)
     add_model_options(serve)
     add_swap_options(serve)

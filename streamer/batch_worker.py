@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 import av
 from av import VideoFrame
 
+from streamer.frame_conversion import FrameConversion, HostFrameConversion
 from streamer.mailbox import FrameMailbox
 from streamer.metrics import DaemonMetrics
 from streamer.micro_batcher import Batch, BatchPolicy, MicroBatcher
@@ -79,18 +80,6 @@ class WorkerLane:
         self.failures = 0  # consecutive frames that failed (worker thread only)
 
 
-def _rgb_of(video_frame: VideoFrame) -> Any:
-    return video_frame.to_ndarray(format="rgb24")
-
-
-def _video_frame_of(rgb: Any, like: VideoFrame) -> VideoFrame:
-    """Back to yuv420p (what the encoders want) with the input's pts/time_base."""
-    output = VideoFrame.from_ndarray(rgb, format="rgb24").reformat(format="yuv420p")
-    output.pts = like.pts
-    output.time_base = like.time_base
-    return output
-
-
 class BatchWorker:
     """Owns the worker thread: `start()`, then `attach()` lanes; `close()` is idempotent and safe
     before start, twice, and after the thread crashed (`error` then holds what killed it)."""
@@ -103,8 +92,12 @@ class BatchWorker:
         label: str | None = None,
         policy: BatchPolicy | None = None,
         on_lane_failed: LaneFailed | None = None,
+        conversion: FrameConversion | None = None,
     ) -> None:
         self._binding = binding
+        self.conversion: FrameConversion = conversion or HostFrameConversion()
+        self._forget: deque[str] = deque()  # sessions whose conversion state goes, between batches
+        self._bus_published = (0, 0, 0, 0)  # ledger totals already added to /metrics
         self._metrics = metrics
         self._label = check_label(label) if label is not None else None
         # owns the policy (see `policy`); locks itself, as attach/detach run on the event loop
@@ -170,6 +163,8 @@ class BatchWorker:
             self._lanes.pop(lane.session_id, None)
             self._batcher.detach(lane.session_id)
         lane.mailbox.clear()
+        self._forget.append(lane.session_id)  # its device buffers, once a batch holding its frame is done
+        self._wake.set()
 
     async def call(self, function: Callable[[], Result]) -> Result:
         """Run a blocking pipeline call on the worker thread, between batches."""
@@ -187,21 +182,27 @@ class BatchWorker:
 
     def _run(self) -> None:
         try:
-            while not self._stopping.is_set():
-                self._wake.clear()  # before looking: a frame or call() arriving after this wakes us
-                self._run_calls()
-                self._submit_new_frames()
-                batch = self._batcher.poll()
-                if batch is not None:
-                    self._run_batch(batch)
-                    continue  # pending calls first, then what waited meanwhile
-                due_in = self._batcher.seconds_until_due()
-                self._wake.wait(IDLE_WAIT_S if due_in is None else min(due_in, IDLE_WAIT_S))
+            with self.conversion.activate():  # the engine's CUDA stream for every kernel of this thread
+                self._loop()
         except BaseException as error:  # a bug, not a per-frame failure: record it for the owner
             self.error = error
             logger.exception("worker thread crashed")
         finally:
             self._fail_pending_calls()
+
+    def _loop(self) -> None:
+        while not self._stopping.is_set():
+            self._wake.clear()  # before looking: a frame or call() arriving after this wakes us
+            while self._forget:
+                self.conversion.forget(self._forget.popleft())
+            self._run_calls()
+            self._submit_new_frames()
+            batch = self._batcher.poll()
+            if batch is not None:
+                self._run_batch(batch)
+                continue  # pending calls first, then what waited meanwhile
+            due_in = self._batcher.seconds_until_due()
+            self._wake.wait(IDLE_WAIT_S if due_in is None else min(due_in, IDLE_WAIT_S))
 
     def _run_calls(self) -> None:
         while self._calls and not self._stopping.is_set():
@@ -240,7 +241,7 @@ class BatchWorker:
         processed = time.perf_counter()
         for (lane, item, rgb), output in zip(converted_in, outputs):
             if output is not None and self._label is not None:
-                output = output if output.flags.writeable else output.copy()
+                output = output if getattr(output.flags, "writeable", True) else output.copy()
                 draw_label(output, self._label)  # after the swap: nothing the models do can hide it
             if output is None or (output is rgb and self._label is None):
                 lane.deliver(item, item.video_frame)  # untouched: send the decoded frame as it came
@@ -257,6 +258,19 @@ class BatchWorker:
             self._metrics.batches.inc(reason=batch.reason)
             for waited in batch.waited_s():
                 self._metrics.batch_wait_seconds.observe(waited)
+            self._publish_bus_copies(self._metrics)
+
+    def _publish_bus_copies(self, metrics: DaemonMetrics) -> None:
+        """Add the ledger's copies since the last batch to /metrics (device frame path only)."""
+        ledger = getattr(self.conversion, "ledger", None)
+        if ledger is None:
+            return
+        now = (ledger.uploads, ledger.upload_bytes, ledger.downloads, ledger.download_bytes)
+        before, self._bus_published = self._bus_published, now
+        for direction, copies, nbytes in (("up", 0, 1), ("down", 2, 3)):
+            if now[copies] > before[copies]:
+                metrics.bus_copies.inc(now[copies] - before[copies], direction=direction)
+                metrics.bus_bytes.inc(now[nbytes] - before[nbytes], direction=direction)
 
     def _convert_in(
         self, taken: list[tuple[WorkerLane, InboundFrame]]
@@ -264,14 +278,14 @@ class BatchWorker:
         converted = []
         for lane, item in taken:
             try:
-                converted.append((lane, item, _rgb_of(item.video_frame)))
+                converted.append((lane, item, self.conversion.to_pipeline(lane.session_id, item.video_frame)))
             except DECODE_ERRORS as error:  # a mangled frame: drop it, the session's next one may be fine
                 self._count_lane_failure(lane, error)
         return converted
 
     def _convert_out(self, lane: WorkerLane, item: InboundFrame, output: Any) -> VideoFrame:
         try:
-            return _video_frame_of(output, item.video_frame)
+            return self.conversion.to_video_frame(lane.session_id, output, item.video_frame)
         except Exception as error:  # noqa: BLE001 - this session's frame goes out as it came in
             self._count_lane_failure(lane, error)
             return item.video_frame

@@ -13,15 +13,26 @@ Frames the device path cannot take as planes (not yuv420p, odd sizes) are conver
 moved with one copy each way, counted too, so a strange stream costs speed, never correctness.
 """
 
+import contextlib
 import logging
+from contextlib import AbstractContextManager
 from typing import Any, Literal, Protocol, get_args
 
 from av import VideoFrame
 
 from gpu_ops.backend import to_host
 from gpu_ops.colorspace import Colorspace, i420_to_rgb, rgb_to_i420
-from gpu_ops.errors import InvalidFrameError
-from streamer.device_frames import BusLedger, DeviceFrames, I420Planes, Transfers, planes_of_video_frame
+from gpu_ops.errors import InvalidFrameError, InvalidInputError
+from streamer.compute_backend import ComputeBackend
+from streamer.device_frames import (
+    BusLedger,
+    CupyTransfers,
+    DeviceFrames,
+    HostTransfers,
+    I420Planes,
+    Transfers,
+    planes_of_video_frame,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +52,12 @@ class FrameConversion(Protocol):
     def to_video_frame(self, session_id: str, output: Any, like: VideoFrame) -> VideoFrame: ...
 
     def forget(self, session_id: str) -> None: ...
+
+    def activate(self) -> AbstractContextManager[Any]:
+        """Entered once by the worker thread around all its work (the device's stream, if any)."""
+        ...
+
+    def describe(self) -> str: ...
 
 
 def _with_timing(output: VideoFrame, like: VideoFrame) -> VideoFrame:
@@ -66,6 +83,12 @@ class HostFrameConversion:
 
     def forget(self, session_id: str) -> None:
         return None
+
+    def activate(self) -> AbstractContextManager[Any]:
+        return contextlib.nullcontext()
+
+    def describe(self) -> str:
+        return "host"
 
 
 def colour_tags(video_frame: VideoFrame) -> tuple[Colorspace, bool]:
@@ -110,6 +133,13 @@ class DeviceFrameConversion:
     def forget(self, session_id: str) -> None:
         self._sessions.pop(session_id, None)
 
+    def activate(self) -> AbstractContextManager[Any]:
+        stream = getattr(self.transfers, "stream", None)  # CupyTransfers: kernels, copies and ORT share it
+        return contextlib.nullcontext() if stream is None else stream  # type: ignore[no-any-return]
+
+    def describe(self) -> str:
+        return f"device ({'cupy' if self.transfers.xp.__name__ == 'cupy' else 'numpy mirror'})"
+
     def _frames_of(self, session_id: str) -> DeviceFrames:
         frames = self._sessions.get(session_id)
         if frames is None:
@@ -129,3 +159,21 @@ class DeviceFrameConversion:
         rgb = to_host(output)
         self.ledger.record_download(rgb.nbytes)
         return rgb_to_video_frame(rgb, like)
+
+
+def choose_frame_conversion(choice: FramePathChoice, backend: ComputeBackend | None) -> FrameConversion:
+    """`auto`: device when the backend is CuPy, else host. `device` on a CPU backend runs the device
+    path on its NumPy mirrors (slower than libswscale; for checking the GPU path's logic without one)."""
+    if choice not in FRAME_PATH_CHOICES:
+        raise InvalidInputError(f"frame path must be one of {list(FRAME_PATH_CHOICES)}, got {choice!r}")
+    on_gpu = backend is not None and backend.on_gpu
+    conversion: FrameConversion
+    if choice == "host" or (choice == "auto" and not on_gpu):
+        conversion = HostFrameConversion()
+    elif on_gpu:
+        assert backend is not None
+        conversion = DeviceFrameConversion(CupyTransfers(backend.stream))
+    else:
+        conversion = DeviceFrameConversion(HostTransfers())
+    logger.info("frame path: %s (asked for %s)", conversion.describe(), choice)
+    return conversion

@@ -227,6 +227,14 @@ class DaemonMetrics:
             "livefuse_batcher_dropped_total",
             "Frames replaced in the micro-batcher by a newer one before they ran (also in frames_dropped)",
         )
+        self.bus_copies = registry.counter(
+            "livefuse_bus_copies_total",
+            "Frame copies between host and GPU on the device frame path (2 per swapped frame)",
+            ("direction",),
+        )
+        self.bus_bytes = registry.counter(
+            "livefuse_bus_bytes_total", "Bytes of those frame copies", ("direction",)
+        )
         self.model_info = registry.gauge(
             "livefuse_model_info", "Engine, provider and models in use (value 1)", ("key", "value")
         )

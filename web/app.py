@@ -13,6 +13,7 @@ from aiohttp import web
 
 from streamer.batch_worker import BatchWorker
 from streamer.codec_tuning import install_codec_tuning
+from streamer.frame_conversion import FramePathChoice, choose_frame_conversion
 from streamer.ice_addresses import restrict_ice_addresses
 from streamer.jitter_marker import install_marker_release
 from streamer.metrics import DaemonMetrics
@@ -43,6 +44,7 @@ class DaemonConfig:
     drain_timeout_s: float = 10.0  # SIGTERM: open sessions closed within this
     default_source: Path | None = None  # serve --source: the face set on every new WHIP stream
     batch_policy: BatchPolicy = field(default_factory=BatchPolicy)  # serve --batch-wait-ms
+    frame_path: FramePathChoice = "auto"  # serve --frame-path
 
 
 class DaemonEngine:
@@ -79,12 +81,17 @@ class DaemonEngine:
         try:
             binding = await asyncio.to_thread(self._load_binding)
             description = binding.pipeline.describe()
+            conversion = choose_frame_conversion(
+                self.config.frame_path, getattr(binding.pipeline, "backend", None)
+            )
+            description["frame_path"] = conversion.describe()
             worker = BatchWorker(
                 binding,
                 self.metrics,
                 label=self.config.label,
                 policy=self.config.batch_policy,
                 on_lane_failed=self._end_failed_session,
+                conversion=conversion,
             )
             worker.start()
         except Exception as error:  # noqa: BLE001 - reported through `loaded`; the owner decides

@@ -29,6 +29,7 @@ def config_from_args(args: argparse.Namespace) -> DaemonConfig:
         ice_addresses=tuple(args.ice_address),
         default_source=default_source_path(getattr(args, "source", None)),
         batch_policy=batch_policy_from_args(args),
+        frame_path=getattr(args, "frame_path", "auto"),
         **hardening_fields(args),
     )
 

@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 
 from streamer.batch_worker import BatchWorker, InboundFrame, WorkerLane
+from streamer.device_frames import HostTransfers
 from streamer.face import Frame
+from streamer.frame_conversion import DeviceFrameConversion
 from streamer.metrics import DaemonMetrics
 from streamer.micro_batcher import BatchPolicy
 from tests.fakes_pipeline import (
@@ -302,3 +304,42 @@ async def test_detach_removes_the_frame_waiting_in_the_batcher() -> None:
         await worker.close()
     assert [names for _, names in pipeline.calls] == [("s1",)]
     assert not collectors[0].items
+
+
+class RecordingConversion(DeviceFrameConversion):
+    """The device path on its mirrors, noting which thread forgets which session."""
+
+    def __init__(self) -> None:
+        super().__init__(HostTransfers())
+        self.forgotten: list[tuple[str, str]] = []
+
+    def forget(self, session_id: str) -> None:
+        self.forgotten.append((session_id, threading.current_thread().name))
+        super().forget(session_id)
+
+
+async def test_device_frame_path_copies_and_forgets_on_the_worker_thread() -> None:
+    pipeline = FakePipeline()
+    metrics = DaemonMetrics()
+    conversion = RecordingConversion()
+    worker = BatchWorker(fake_binding(pipeline), metrics, conversion=conversion)
+    collector = Collector(3)
+    lane = WorkerLane("s0", FakeStreamState(), FakeSwapSettings(), collector)
+    lane.source = FakeSource((255, 0, 0))
+    worker.start()
+    try:
+        worker.attach(lane)
+        for pts in (0, 3000, 6000):
+            lane.mailbox.put(_inbound(pts))
+            await _until(lambda: len(collector.items) * 3000 > pts)
+        worker.detach(lane)
+        await _until(lambda: bool(conversion.forgotten))
+    finally:
+        await worker.close()
+    assert conversion.forgotten == [("s0", "livefuse-worker")]
+    assert (conversion.ledger.uploads, conversion.ledger.downloads) == (3, 3)
+    assert metrics.bus_copies.value(direction="up") == 3 and metrics.bus_copies.value(direction="down") == 3
+    assert metrics.bus_bytes.value(direction="down") == 3 * 160 * 120 * 3 // 2
+    x1, y1, x2, y2 = face_box(np.zeros((120, 160, 3), np.uint8))
+    rgb = collector.items[-1][1].to_ndarray(format="rgb24")
+    assert abs(int(rgb[(y1 + y2) // 2, (x1 + x2) // 2, 0]) - 255) <= 3  # the swap came back down

@@ -11,12 +11,15 @@ import pytest
 from av import VideoFrame
 
 from gpu_ops.colorspace import i420_to_rgb_cpu
+from gpu_ops.errors import InvalidInputError
+from streamer.compute_backend import ComputeBackend
 from streamer.device_frames import HostTransfers, planes_of_video_frame
 from streamer.frame_conversion import (
     AV_COLOR_RANGE_FULL,
     AV_COLORSPACE_BT709,
     DeviceFrameConversion,
     HostFrameConversion,
+    choose_frame_conversion,
 )
 
 
@@ -110,3 +113,14 @@ def test_sessions_keep_their_own_buffers_until_forgotten(media_dir: Path) -> Non
     conversion.forget("a")
     conversion.forget("never-seen")  # harmless
     assert conversion.to_pipeline("a", large).shape == (96, 128, 3)
+
+
+def test_frame_path_choice_follows_the_backend() -> None:
+    cpu = ComputeBackend("numpy", "cpu", "CPU requested")
+    assert isinstance(choose_frame_conversion("auto", cpu), HostFrameConversion)
+    assert isinstance(choose_frame_conversion("auto", None), HostFrameConversion)
+    assert isinstance(choose_frame_conversion("host", cpu), HostFrameConversion)
+    mirror = choose_frame_conversion("device", cpu)
+    assert isinstance(mirror, DeviceFrameConversion) and mirror.describe() == "device (numpy mirror)"
+    with pytest.raises(InvalidInputError, match="frame path"):
+        choose_frame_conversion("gpu", cpu)  # type: ignore[arg-type]
