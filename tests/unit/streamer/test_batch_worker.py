@@ -329,9 +329,9 @@ async def test_device_frame_path_copies_and_forgets_on_the_worker_thread() -> No
     worker.start()
     try:
         worker.attach(lane)
-        for pts in (0, 3000, 6000):
+        for sent, pts in enumerate((0, 3000, 6000), start=1):
             lane.mailbox.put(_inbound(pts))
-            await _until(lambda: len(collector.items) * 3000 > pts)
+            await _until(lambda sent=sent: len(collector.items) >= sent)  # one at a time: none dropped
         worker.detach(lane)
         await _until(lambda: bool(conversion.forgotten))
     finally:
