@@ -306,6 +306,10 @@ async def test_detach_removes_the_frame_waiting_in_the_batcher() -> None:
     assert not collectors[0].items
 
 
+def delivered(collector: Collector, count: int) -> Callable[[], bool]:
+    return lambda: len(collector.items) >= count
+
+
 class RecordingConversion(DeviceFrameConversion):
     """The device path on its mirrors, noting which thread forgets which session."""
 
@@ -329,9 +333,9 @@ async def test_device_frame_path_copies_and_forgets_on_the_worker_thread() -> No
     worker.start()
     try:
         worker.attach(lane)
-        for sent, pts in enumerate((0, 3000, 6000), start=1):
+        for count, pts in enumerate((0, 3000, 6000), start=1):
             lane.mailbox.put(_inbound(pts))
-            await _until(lambda sent=sent: len(collector.items) >= sent)  # one at a time: none dropped
+            await _until(delivered(collector, count))  # one at a time: none is dropped
         worker.detach(lane)
         await _until(lambda: bool(conversion.forgotten))
     finally:
