@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import numpy as np
 
@@ -32,6 +32,7 @@ from gpu_ops.affine_crop import crop_faces
 from gpu_ops.backend import require_cupy
 from gpu_ops.color_transfer import match_shading
 from gpu_ops.colorspace import i420_to_rgb, rgb_to_i420
+from gpu_ops.errors import LivefuseError
 from gpu_ops.masks import blend
 from gpu_ops.mesh_warp import apply_remap, build_remap
 from gpu_ops.paste_back import paste_back
@@ -41,7 +42,7 @@ from models.swapper import Swapper, feathered_box_mask, postprocess_swapped
 from streamer.compute_backend import BackendRequest, ComputeBackend, choose_backend
 from streamer.device_frames import CupyTransfers, DeviceFrames, HostTransfers, I420Planes, Transfers
 from streamer.micro_batcher import BATCH_BUCKETS
-from streamer.stage_timer import StageTimer
+from streamer.stage_timer import StageClock, StageTimer
 from streamer.stream_capacity import max_streams_held
 from streamer.synthetic_swapper import SyntheticSwapper, build_synthetic_swapper
 
@@ -128,10 +129,13 @@ class FramePath:
     def sync(self) -> None:
         self.transfers.synchronize()
 
+    def make_inputs(self, size: tuple[int, int], count: int) -> list[I420Planes]:
+        return [synthetic_i420(*size, seed=index) for index in range(count)]
+
     def run_batch(self, inputs: list[I420Planes], timer: StageTimer | None = None) -> list[I420Planes]:
         """All frames of one batch (frame i belongs to session i) through the path; host I420 out."""
         self.frame_count += 1
-        stage = _StageClock(timer, self.sync)
+        stage = StageClock(timer, self.sync)
         for index in range(len(inputs)):
             if index not in self.sessions:
                 self.sessions[index] = DeviceFrames(self.transfers)
@@ -155,7 +159,7 @@ class FramePath:
     def _on_stream(self) -> Any:
         return self.backend.stream if self.backend.on_gpu else contextlib.nullcontext()
 
-    def _swap_faces(self, rgb: list[Any], stage: "_StageClock") -> None:
+    def _swap_faces(self, rgb: list[Any], stage: StageClock) -> None:
         assert self.swapper is not None
         height, width = rgb[0].shape[:2]
         matrices = np.stack([face_alignment(width, height, (self.frame_count % 9) - 4.0) for _ in rgb])
@@ -171,7 +175,7 @@ class FramePath:
             paste_back(frame, face, matrix, self.paste_mask)
         stage("paste_back")
 
-    def _mesh_faces(self, rgb: list[Any], stage: "_StageClock") -> None:
+    def _mesh_faces(self, rgb: list[Any], stage: StageClock) -> None:
         height, width = rgb[0].shape[:2]
         box = min(MESH_BOX, height - 2, width - 2)
         x1, y1 = (width - box) // 2, (height - box) // 2
@@ -195,21 +199,6 @@ class FramePath:
         stage("blend")
 
 
-class _StageClock:
-    """Records the time since the previous stage; syncs the device first when a timer is attached."""
-
-    def __init__(self, timer: StageTimer | None, sync: Callable[[], None]) -> None:
-        self.timer, self.sync, self.last = timer, sync, time.perf_counter()
-
-    def __call__(self, name: str) -> None:
-        if self.timer is None:
-            return
-        self.sync()
-        now = time.perf_counter()
-        self.timer.record(name, now - self.last)
-        self.last = now
-
-
 def load_swapper(backend: ComputeBackend, built: SyntheticSwapper, workdir: Path) -> Swapper:
     """A Swapper over the synthetic network on `backend` (file written once per width into `workdir`)."""
     path = workdir / f"synthetic_inswapper_w{built.width:.4f}.onnx"
@@ -220,18 +209,26 @@ def load_swapper(backend: ComputeBackend, built: SyntheticSwapper, workdir: Path
     return Swapper(session, spec, np.eye(512, dtype=np.float32))
 
 
-def time_frames(path: FramePath, size: tuple[int, int], frames: int) -> dict[str, Any]:
+class TimedPath(Protocol):
+    """What the timing needs of a path: inputs of a size, a batch run (frame i = session i), a sync."""
+
+    def make_inputs(self, size: tuple[int, int], count: int) -> list[Any]: ...
+
+    def run_batch(self, inputs: list[Any], timer: StageTimer | None = None) -> list[Any]: ...
+
+
+def time_frames(path: TimedPath, size: tuple[int, int], frames: int) -> dict[str, Any]:
     """Per-stage ms (synced stages) and single-stream latency/fps (one sync per frame) at one size."""
-    inputs = [synthetic_i420(*size, seed=index) for index in range(4)]
+    inputs = path.make_inputs(size, max(4, frames))
     for index in range(3):  # warm-up: allocations, kernel compiles, ORT's first runs
-        path.run_batch([inputs[index % 4]])
+        path.run_batch([inputs[index % len(inputs)]])
     timer = StageTimer()
     for index in range(frames):
-        path.run_batch([inputs[index % 4]], timer)
+        path.run_batch([inputs[index % len(inputs)]], timer)
     per_frame = []
     for index in range(frames):
         started = time.perf_counter()
-        path.run_batch([inputs[index % 4]])
+        path.run_batch([inputs[index % len(inputs)]])
         per_frame.append(time.perf_counter() - started)
     latency_ms = float(np.mean(per_frame) * 1000.0)
     return {
@@ -243,9 +240,9 @@ def time_frames(path: FramePath, size: tuple[int, int], frames: int) -> dict[str
     }
 
 
-def time_buckets(path: FramePath, size: tuple[int, int], repeats: int) -> dict[int, float]:
+def time_buckets(path: TimedPath, size: tuple[int, int], repeats: int) -> dict[int, float]:
     """Seconds for one batch of each bucket size (median of `repeats`), one frame per session."""
-    inputs = [synthetic_i420(*size, seed=index) for index in range(max(BATCH_BUCKETS))]
+    inputs = path.make_inputs(size, max(BATCH_BUCKETS))
     seconds: dict[int, float] = {}
     for bucket in BATCH_BUCKETS:
         path.run_batch(inputs[:bucket])  # warm-up of this shape
@@ -256,6 +253,25 @@ def time_buckets(path: FramePath, size: tuple[int, int], repeats: int) -> dict[i
             samples.append(time.perf_counter() - started)
         seconds[bucket] = float(np.median(samples))
     return seconds
+
+
+def measure_path(
+    path: TimedPath, plan: BenchPlan, cpu_path: Callable[[], TimedPath] | None
+) -> dict[str, Any]:
+    """Sizes, batch buckets, streams held and (when `cpu_path` is given) the GPU/CPU speed ratio."""
+    result: dict[str, Any] = {"sizes": [time_frames(path, size, plan.frames) for size in plan.sizes]}
+    batch_seconds = time_buckets(path, plan.capacity_size, max(3, plan.frames // 10))
+    result["batch_ms"] = {str(bucket): round(value * 1000.0, 3) for bucket, value in batch_seconds.items()}
+    result["batch_seconds"] = {str(bucket): value for bucket, value in batch_seconds.items()}  # replay input
+    streams, capacity = max_streams_held(batch_seconds)
+    result["streams_held"] = streams
+    result["capacity"] = asdict(capacity) if capacity is not None else None
+    if cpu_path is not None:
+        cpu_timing = time_frames(cpu_path(), plan.capacity_size, plan.cpu_ratio_frames)
+        gpu_ms = next(row["latency_ms"] for row in result["sizes"] if row["size"] == cpu_timing["size"])
+        result["cpu_latency_ms"] = cpu_timing["latency_ms"]
+        result["gpu_cpu_speed_ratio"] = round(cpu_timing["latency_ms"] / gpu_ms, 2)
+    return result
 
 
 def bench_workload(
@@ -270,22 +286,41 @@ def bench_workload(
     swapper = load_swapper(backend, built, workdir) if built is not None else None
     if built is not None:
         result.update(parameters_m=built.parameters / 1e6, gflops_per_face=built.gflops_per_face)
-    path = FramePath(backend, workload, swapper)
-    result["sizes"] = [time_frames(path, size, plan.frames) for size in plan.sizes]
-    batch_seconds = time_buckets(path, plan.capacity_size, max(3, plan.frames // 10))
-    result["batch_ms"] = {str(bucket): round(value * 1000.0, 3) for bucket, value in batch_seconds.items()}
-    result["batch_seconds"] = {str(bucket): value for bucket, value in batch_seconds.items()}  # replay input
-    streams, capacity = max_streams_held(batch_seconds)
-    result["streams_held"] = streams
-    result["capacity"] = asdict(capacity) if capacity is not None else None
-    if cpu_backend is not None:
+
+    def cpu_path() -> TimedPath:
+        assert cpu_backend is not None
         cpu_swapper = load_swapper(cpu_backend, built, workdir) if built is not None else None
-        cpu_timing = time_frames(
-            FramePath(cpu_backend, workload, cpu_swapper), plan.capacity_size, plan.cpu_ratio_frames
+        return FramePath(cpu_backend, workload, cpu_swapper)
+
+    result.update(
+        measure_path(
+            FramePath(backend, workload, swapper), plan, cpu_path if cpu_backend is not None else None
         )
-        gpu_ms = next(row["latency_ms"] for row in result["sizes"] if row["size"] == cpu_timing["size"])
-        result["cpu_latency_ms"] = cpu_timing["latency_ms"]
-        result["gpu_cpu_speed_ratio"] = round(cpu_timing["latency_ms"] / gpu_ms, 2)
+    )
+    return result
+
+
+def bench_daemon_path(backend: ComputeBackend, plan: BenchPlan, args: argparse.Namespace) -> dict[str, Any]:
+    """The `daemon_mesh` workload (streamer.daemon_path_bench): real models, the worker's conversions."""
+    from models.model_files import resolve_models_dir
+    from streamer.bench_frames import media_dir_from_args
+    from streamer.daemon_path_bench import DaemonPath
+
+    result: dict[str, Any] = {"workload": "daemon_mesh"}
+    try:
+        media_dir = media_dir_from_args(args)
+        models_dir = resolve_models_dir(args.models_dir)
+        path = DaemonPath.load(models_dir, media_dir, backend.execution_provider)
+    except LivefuseError as reason:  # no models or photos here: the synthetic workloads still count
+        logger.warning("daemon_mesh workload skipped: %s", reason)
+        result["skipped"] = str(reason)
+        return result
+    result["frame_path"] = path.conversion.describe()
+
+    def cpu_path() -> TimedPath:
+        return DaemonPath.load(models_dir, media_dir, "cpu")
+
+    result.update(measure_path(path, plan, cpu_path if backend.on_gpu else None))
     return result
 
 
@@ -299,7 +334,7 @@ def markdown_rows(report: dict[str, Any]) -> list[str]:
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for workload in report["workloads"]:
-        for size in workload["sizes"]:
+        for size in workload.get("sizes", []):  # a skipped workload has none
             stages = ", ".join(f"{name} {ms:.2f}" for name, ms in size["stages_ms"].items())
             ratio = workload.get("gpu_cpu_speed_ratio")
             rows.append(
@@ -339,6 +374,7 @@ def run_gpu_bench(args: argparse.Namespace) -> int:
         for workload in WORKLOADS:
             logger.info("gpu bench: %s on %s", workload, backend.describe()["array_backend"])
             report["workloads"].append(bench_workload(backend, workload, plan, Path(workdir), cpu_backend))
+    report["workloads"].append(bench_daemon_path(backend, plan, args))
     rows = markdown_rows(report)
     (output_dir / "gpu_bench.json").write_text(json.dumps(report, indent=2))
     (output_dir / "gpu_bench.md").write_text("\n".join(rows) + "\n")

@@ -5,6 +5,7 @@ A bounded deque per stage keeps memory flat however long a call runs.
 """
 
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -69,3 +70,19 @@ class StageTimer:
         with self._lock:
             self._samples.clear()
             self._totals.clear()
+
+
+class StageClock:
+    """Records into `timer` the time since the previous stage, after `sync()` (a device's queued work
+    must be done before its stage ends); does nothing without a timer, so untimed runs add no syncs."""
+
+    def __init__(self, timer: StageTimer | None, sync: Callable[[], None]) -> None:
+        self.timer, self.sync, self.last = timer, sync, time.perf_counter()
+
+    def __call__(self, name: str) -> None:
+        if self.timer is None:
+            return
+        self.sync()
+        now = time.perf_counter()
+        self.timer.record(name, now - self.last)
+        self.last = now

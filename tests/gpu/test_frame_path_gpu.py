@@ -1,53 +1,20 @@
 """The GPU frame path: a frame crosses the bus exactly twice, and it matches the CPU path."""
 
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import pytest
 
-from gpu_ops.backend import require_cupy
 from gpu_ops.colorspace import i420_to_rgb
 from streamer.compute_backend import ComputeBackend
 from streamer.device_frames import CupyTransfers, DeviceFrames, I420Planes
 from streamer.gpu_bench import FramePath, load_swapper, synthetic_i420
 from streamer.synthetic_swapper import build_synthetic_swapper
+from tests.gpu.conftest import TransferSpy
 
 pytestmark = pytest.mark.gpu
 
 WIDTH, HEIGHT = 1280, 720
-FRAME_BYTES = WIDTH * HEIGHT * 3 // 2
-
-
-class TransferSpy:
-    """Counts host<->device transfers made through CuPy's module-level helpers (asarray of host data,
-    asnumpy) in addition to DeviceFrames' own ledger: gpu_ops code moves data only through these."""
-
-    def __init__(self, cupy: Any) -> None:
-        self.cupy = cupy
-        self.sizes: list[tuple[str, int]] = []
-        self._asarray, self._asnumpy = cupy.asarray, cupy.asnumpy
-
-    def asarray(self, array: Any, *args: Any, **kwargs: Any) -> Any:
-        if isinstance(array, np.ndarray):
-            self.sizes.append(("host_to_device", array.nbytes))
-        return self._asarray(array, *args, **kwargs)
-
-    def asnumpy(self, array: Any, *args: Any, **kwargs: Any) -> Any:
-        self.sizes.append(("device_to_host", int(array.nbytes)))
-        return self._asnumpy(array, *args, **kwargs)
-
-    def frame_sized(self) -> list[tuple[str, int]]:
-        return [entry for entry in self.sizes if entry[1] >= FRAME_BYTES // 8]
-
-
-@pytest.fixture
-def spy(monkeypatch: pytest.MonkeyPatch) -> Iterator[TransferSpy]:
-    cupy = require_cupy()
-    recorder = TransferSpy(cupy)
-    monkeypatch.setattr(cupy, "asarray", recorder.asarray)
-    monkeypatch.setattr(cupy, "asnumpy", recorder.asnumpy)
-    yield recorder
 
 
 def test_device_frames_cross_twice_and_round_trip(gpu_backend: ComputeBackend) -> None:

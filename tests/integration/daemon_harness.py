@@ -1,16 +1,23 @@
 """Run the daemon app in-process on 127.0.0.1 for integration tests, and build the test frames."""
 
+import asyncio
 import socket
 import ssl
+import threading
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import cv2
 import numpy as np
 from aiohttp import web
+from av import VideoFrame
 
+from streamer.batch_worker import BatchWorker, InboundFrame, WorkerLane
 from streamer.face import Frame
+from streamer.frame_conversion import FrameConversion
 from streamer.pipeline_binding import PipelineBinding
 from web.app import ENGINE_KEY, DaemonConfig, DaemonEngine, create_app
 
@@ -74,3 +81,33 @@ def decoded_photo(media_dir: Path, name: str) -> Frame:
     bgr = cv2.imread(str(media_dir / name))
     assert bgr is not None, f"cannot read {name}"
     return np.ascontiguousarray(cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB), dtype=np.uint8)
+
+
+async def frames_through_worker(
+    binding: PipelineBinding, conversion: FrameConversion, frames: list[VideoFrame], source: Any
+) -> list[VideoFrame]:
+    """Frames through a real BatchWorker, one at a time (each frame's output before the next is sent),
+    with `source` set on the one session: what the daemon does per frame, without WebRTC around it."""
+    worker = BatchWorker(binding, conversion=conversion)
+    worker.start()
+    delivered: list[VideoFrame] = []
+    arrived = threading.Event()
+
+    def deliver(item: InboundFrame, output: VideoFrame) -> None:
+        delivered.append(output)
+        arrived.set()
+
+    try:
+        pipeline = binding.pipeline
+        stream = await worker.call(pipeline.new_stream)
+        lane = WorkerLane("clip", stream, binding.default_settings, deliver)
+        lane.source = await worker.call(lambda: pipeline.prepare_source(source, binding.default_settings))
+        worker.attach(lane)
+        for frame in frames:
+            arrived.clear()
+            lane.mailbox.put(InboundFrame(frame, time.monotonic()))
+            assert await asyncio.to_thread(arrived.wait, 30.0), "no frame came back"
+        worker.detach(lane)
+    finally:
+        await worker.close()
+    return delivered

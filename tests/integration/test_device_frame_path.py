@@ -2,12 +2,8 @@
 frame crosses the "bus" exactly twice, the pictures match the host path's, and a whole WebRTC call on
 `--frame-path device` swaps the face and reports its copies in /metrics."""
 
-import asyncio
 import re
-import threading
-import time
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 import av
@@ -15,12 +11,17 @@ import numpy as np
 import pytest
 
 from run_stream import build_parser
-from streamer.batch_worker import BatchWorker, InboundFrame, WorkerLane
 from streamer.device_frames import HostTransfers
-from streamer.frame_conversion import DeviceFrameConversion, FrameConversion, HostFrameConversion
+from streamer.frame_conversion import DeviceFrameConversion, HostFrameConversion
 from streamer.frame_stamp import STAMP_HEIGHT
 from streamer.pipeline_binding import PipelineBinding
-from tests.integration.daemon_harness import LOOPBACK, camera_frame, decoded_photo, running_daemon
+from tests.integration.daemon_harness import (
+    LOOPBACK,
+    camera_frame,
+    decoded_photo,
+    frames_through_worker,
+    running_daemon,
+)
 from web.app import DaemonConfig
 from web.peer_client import PeerClient
 from web.serve import load_pipeline_binding
@@ -46,43 +47,14 @@ def clip_frames(media_dir: Path) -> list[av.VideoFrame]:
     raise AssertionError("the clip is shorter than expected")
 
 
-async def swap_clip(
-    binding: PipelineBinding, conversion: FrameConversion, frames: list[av.VideoFrame], source: Any
-) -> list[av.VideoFrame]:
-    """The clip through a real worker, one frame at a time (each frame's output before the next)."""
-    worker = BatchWorker(binding, conversion=conversion)
-    worker.start()
-    delivered: list[av.VideoFrame] = []
-    arrived = threading.Event()
-
-    def deliver(item: InboundFrame, output: av.VideoFrame) -> None:
-        delivered.append(output)
-        arrived.set()
-
-    try:
-        pipeline = binding.pipeline
-        stream = await worker.call(pipeline.new_stream)
-        lane = WorkerLane("clip", stream, binding.default_settings, deliver)
-        lane.source = await worker.call(lambda: pipeline.prepare_source(source, binding.default_settings))
-        worker.attach(lane)
-        for frame in frames:
-            arrived.clear()
-            lane.mailbox.put(InboundFrame(frame, time.monotonic()))
-            assert await asyncio.to_thread(arrived.wait, 30.0), "no frame came back"
-        worker.detach(lane)
-    finally:
-        await worker.close()
-    return delivered
-
-
 async def test_clip_swapped_on_the_device_path_matches_the_host_path(
     binding: PipelineBinding, media_dir: Path
 ) -> None:
     frames = clip_frames(media_dir)
     source = decoded_photo(media_dir, "fr_obama.jpg")
     device = DeviceFrameConversion(HostTransfers())
-    by_device = await swap_clip(binding, device, frames, source)
-    by_host = await swap_clip(binding, HostFrameConversion(), frames, source)
+    by_device = await frames_through_worker(binding, device, frames, source)
+    by_host = await frames_through_worker(binding, HostFrameConversion(), frames, source)
 
     assert len(by_device) == len(by_host) == CLIP_FRAMES
     ledger = device.ledger

@@ -14,12 +14,20 @@ from streamer.gpu_bench import FramePath, grid_triangles, synthetic_i420, time_b
 from streamer.stream_capacity import max_streams_held
 
 
-def test_quick_gpu_bench_writes_results(tmp_path: Path) -> None:
-    exit_code = run_stream.main(["bench", "--gpu", "--quick", "--output-dir", str(tmp_path)])
+def test_quick_gpu_bench_writes_results(tmp_path: Path, models_dir: Path, media_dir: Path) -> None:
+    exit_code = run_stream.main(
+        [
+            "bench", "--gpu", "--quick", "--output-dir", str(tmp_path),
+            "--models-dir", str(models_dir), "--media-dir", str(media_dir),
+        ]
+    )  # fmt: skip
     assert exit_code == 0
     report = json.loads((tmp_path / "gpu_bench.json").read_text())
     by_name = {workload["workload"]: workload for workload in report["workloads"]}
-    assert set(by_name) == {"inswapper", "mesh"}
+    assert set(by_name) == {"inswapper", "mesh", "daemon_mesh"}
+    daemon = by_name["daemon_mesh"]
+    assert daemon["frame_path"] in ("host", "device (cupy)")
+    assert list(daemon["sizes"][0]["stages_ms"]) == ["convert_in", "pipeline", "convert_out"]
     inswapper = by_name["inswapper"]
     assert list(inswapper["sizes"][0]["stages_ms"]) == [
         "upload", "i420_to_rgb", "crop", "swap_model", "paste_back", "rgb_to_i420", "download"
@@ -36,7 +44,18 @@ def test_quick_gpu_bench_writes_results(tmp_path: Path) -> None:
         for size in workload["sizes"]:
             assert size["fps"] == pytest.approx(1000.0 / size["latency_ms"], rel=0.01)
     rows = (tmp_path / "gpu_bench.md").read_text().splitlines()
-    assert len(rows) == 2 + 2 * len(inswapper["sizes"])
+    assert len(rows) == 2 + 3 * len(inswapper["sizes"])
+    assert sum("| daemon_mesh |" in row for row in rows) == len(daemon["sizes"])
+
+
+def test_daemon_workload_is_skipped_with_its_reason_without_photos(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("LIVEFUSE_MEDIA", raising=False)
+    assert run_stream.main(["bench", "--gpu", "--quick", "--output-dir", str(tmp_path)]) == 0
+    report = json.loads((tmp_path / "gpu_bench.json").read_text())
+    daemon = next(workload for workload in report["workloads"] if workload["workload"] == "daemon_mesh")
+    assert "--media-dir" in daemon["skipped"] and "sizes" not in daemon
     assert report["backend"]["array_backend"] in ("numpy", "cupy")
 
 
