@@ -15,7 +15,7 @@ from typing import Literal, get_args
 import numpy as np
 from numpy.typing import NDArray
 
-from models.detector import Detector
+from models.detector import Detections, Detector, InputSize
 from models.embedder import Embedder, identity_distance
 from models.landmarks import Landmarker
 from models.model_files import ModelStore
@@ -223,14 +223,18 @@ class FramePipeline:
         outputs: list[Frame] = [job.frame for job in jobs]
         pending: dict[EngineName, list[tuple[int, list[TrackedFace]]]] = {}
         started = time.perf_counter()
+        swapping: list[tuple[int, EngineName]] = []
         for index, job in enumerate(jobs):
             job.stream.frames += 1
             if job.source is None or not job.settings.swap_enabled:
                 continue
             engine_name = self.engine_for(job.settings).name
-            if engine_name not in job.source.per_engine:
-                continue  # this source was refused by this engine (logged when it was prepared)
-            faces = self._select(job.frame, job.stream.tracker.track(job.frame), job)
+            if engine_name in job.source.per_engine:  # else refused by this engine (logged when prepared)
+                swapping.append((index, engine_name))
+        detections = self._detect_batched([jobs[index] for index, _ in swapping])
+        for (index, engine_name), detected in zip(swapping, detections):
+            job = jobs[index]
+            faces = self._select(job.frame, job.stream.tracker.track(job.frame, detections=detected), job)
             if faces:
                 pending.setdefault(engine_name, []).append((index, faces))
         tracked = time.perf_counter()
@@ -255,6 +259,27 @@ class FramePipeline:
             self.timer.record("swap", finished - tracked)
             self.timer.record("total", finished - started)
         return outputs
+
+    def _detect_batched(self, jobs: Sequence[FrameJob]) -> list[Detections | None]:
+        """Detections for the jobs whose tracker is due to detect, one detector run per frame size for
+        all of them (N streams cost one batched run, not N); None where the tracker will not detect or
+        runs alone (it then detects itself, as for a single stream)."""
+        groups: dict[tuple[tuple[int, ...], InputSize], list[int]] = {}
+        for position, job in enumerate(jobs):
+            tracker = job.stream.tracker
+            if tracker.detection_due():
+                key = (tuple(job.frame.shape), tracker.detection_input_size(job.frame))
+                groups.setdefault(key, []).append(position)
+        results: list[Detections | None] = [None] * len(jobs)
+        for (_, input_size), positions in groups.items():
+            if len(positions) < 2:
+                continue
+            found = self.detector.detect_batch(
+                [jobs[position].frame for position in positions], input_size=input_size
+            )
+            for position, detections in zip(positions, found):
+                results[position] = detections
+        return results
 
     def process(self, job: FrameJob) -> Frame:
         """One frame of one stream (the file and camera front ends)."""

@@ -1,0 +1,60 @@
+"""`process_batch` over several streams: one detector run per batch for all streams due to detect, and
+the same swaps as running each stream on its own."""
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from streamer.bench_frames import SOURCE_PHOTO, TARGET_PHOTO, panning_face_frames
+from streamer.frame_pipeline import FrameJob, FramePipeline, PipelineConfig, SwapSettings
+from streamer.image_input import read_image_file
+
+STREAMS = 3
+FRAMES = 5
+
+
+@pytest.fixture(scope="module")
+def pipeline(models_dir: Path) -> FramePipeline:
+    return FramePipeline.load(
+        models_dir, PipelineConfig(execution_provider="cpu", engine="mesh", intra_op_threads=1)
+    )
+
+
+def test_streams_share_one_detector_run_and_swap_as_alone(
+    pipeline: FramePipeline, media_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = SwapSettings(engine="mesh")
+    source = pipeline.prepare_source(read_image_file(media_dir / SOURCE_PHOTO), settings)
+    photo = read_image_file(media_dir / TARGET_PHOTO)
+    clips = [panning_face_frames(photo, 480, 360, FRAMES + offset)[:FRAMES] for offset in range(STREAMS)]
+
+    alone = []
+    for clip in clips:
+        stream = pipeline.new_stream()
+        alone.append([pipeline.process(FrameJob(frame, stream, source, settings)) for frame in clip])
+
+    batch_sizes: list[int] = []
+    detect_batch = pipeline.detector.detect_batch
+
+    def counting(frames: Any, **kwargs: Any) -> Any:
+        batch_sizes.append(len(frames))
+        return detect_batch(frames, **kwargs)
+
+    monkeypatch.setattr(pipeline.detector, "detect_batch", counting)
+    streams = [pipeline.new_stream() for _ in clips]
+    together: list[list[Any]] = [[] for _ in clips]
+    for step in range(FRAMES):
+        jobs = [FrameJob(clip[step], stream, source, settings) for clip, stream in zip(clips, streams)]
+        for outputs, output in zip(together, pipeline.process_batch(jobs)):
+            outputs.append(output)
+
+    detect_every = pipeline.config.detect_every
+    assert batch_sizes == [STREAMS] * len(range(0, FRAMES, detect_every))  # one run per detection frame
+    assert all(stream.tracker.detections_run == 0 for stream in streams)  # none detected on its own
+    for clip, single, batched in zip(clips, alone, together):
+        for frame, expected, found in zip(clip, single, batched):
+            assert np.abs(expected.astype(np.int16) - frame).mean() > 1.0  # swapped
+            difference = np.abs(found.astype(np.int16) - expected.astype(np.int16))
+            assert difference.max() <= 3 and difference.mean() < 0.05  # batched float sums may round apart
