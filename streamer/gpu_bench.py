@@ -1,14 +1,17 @@
 """`run_stream.py bench --gpu`: the frame path on the chosen compute backend, stage by stage.
 
-For two workloads, one face per frame, frames arriving as padded I420 planes:
+For three workloads, one face per frame, frames arriving as padded I420 planes:
 - `inswapper`: upload -> I420->RGB -> batched aligned crop -> inswapper-sized synthetic swapper (batch
   bucketed) -> paste-back -> RGB->I420 -> download;
-- `mesh`: upload -> I420->RGB -> mesh warp of a source texture (remap field built on the host from ~850
-  triangles, as the mesh engine does) -> shading match -> blend -> RGB->I420 -> download.
+- `mesh`: upload -> I420->RGB -> mesh warp of a source texture (remap field rasterised from ~800
+  triangles on the frame's device, as the mesh engine does) -> shading match -> blend -> RGB->I420 ->
+  download;
+- `daemon_mesh` (`streamer.daemon_path_bench`, needs the models and the benches' photos): the worker's
+  own frame conversion and `FramePipeline.process_batch` with the real detector, face mesh and mesh engine.
 It reports per-stage ms (synchronised after each stage), single-stream added latency and fps at each
 size (no per-stage syncs), batch time per bucket and, replayed through the micro-batcher policy
 (stream_capacity.py), how many 30 fps streams are held under 33 ms p95; on the GPU also the CPU/GPU
-speed ratio of the same frames. Detection and landmarks are not in the path (they are timed by `bench`).
+speed ratio of the same frames. Detection and landmarks are only in the `daemon_mesh` path.
 `--quick` shrinks sizes and the model (width 1/16) so the logic runs on CPU in seconds.
 """
 
@@ -183,7 +186,7 @@ class FramePath:
         for index in range(len(rgb)):  # every face has its own mesh, so its own field
             wobble = 3.0 + (self.frame_count + index) % 5
             dst = grid_triangles(MESH_BOX, MESH_GRID, wobble) * (box / MESH_BOX)
-            fields.append(build_remap(dst, self.src_triangles, (box, box)))
+            fields.append(build_remap(dst, self.src_triangles, (box, box), on_device=self.backend.on_gpu))
         stage("mesh_field")
         warped = [apply_remap(self.texture, field) for field in fields]
         stage("mesh_warp")
