@@ -6,6 +6,7 @@ pfld_68: NCHW 112 RGB /255 crop, an upright square of 1.1 x the box's long side;
 Points come back in frame px (z scaled like x and y; 0 for 2-D models); presence in [0, 1].
 """
 
+import itertools
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -71,10 +72,11 @@ def crop_matrices(
     return matrices
 
 
-def prepare_landmark_input(frame: Frame, affine_matrices: NDArray[np.float64], spec: ModelSpec) -> FloatArray:
-    """[N,S,S,3] (nhwc) or [N,3,S,S] (nchw) float32 crops, in the spec's colour order and scaling."""
+def prepare_landmark_input(frame: Frame, affine_matrices: NDArray[np.float64], spec: ModelSpec) -> Any:
+    """[N,S,S,3] (nhwc) or [N,3,S,S] (nchw) float32 crops, in the spec's colour order and scaling, on
+    the frame's device."""
     indices = np.zeros(len(affine_matrices), np.intp)
-    return np.asarray(prepare_crops([frame], indices, affine_matrices, spec), np.float32)
+    return prepare_crops([frame], indices, affine_matrices, spec)
 
 
 def _crop_to_frame(points_crop: FloatArray, affine_matrices: NDArray[np.float64]) -> FloatArray:
@@ -138,6 +140,11 @@ class Landmarker:
         self._output_names = [tensor.name for tensor in spec.outputs]
         self._max_batch = fixed_batch_size(session)
 
+    @property
+    def fixed_batch(self) -> int | None:
+        """The file's fixed batch (faces per session run), None when any number runs in one call."""
+        return self._max_batch
+
     def forward(self, tensor: Any) -> list[FloatArray]:
         """Run the session (NumPy, or CuPy bound in place), in chunks of the file's fixed batch size."""
         return run_chunked_to_host(
@@ -146,13 +153,34 @@ class Landmarker:
 
     def detect(self, frame: Frame, landmarks_5: FloatArray, boxes: FloatArray) -> FaceLandmarks:
         """Landmarks of the N faces given by their 5 points [N,5,2] and boxes [N,4] (frame px)."""
-        if frame.ndim != 3 or frame.shape[2] != 3 or frame.dtype != np.uint8:
-            raise InvalidFrameError(
-                f"landmarker needs H x W x 3 uint8 RGB frames, got {frame.shape} {frame.dtype}"
-            )
-        count = len(boxes)
-        if count == 0:
-            return FaceLandmarks(np.zeros((0, self.point_count, 3), np.float32), np.zeros((0,), np.float32))
-        matrices = crop_matrices(landmarks_5, boxes, self.crop_rule, self.crop_size)
-        outputs = self.forward(prepare_landmark_input(frame, matrices, self.spec))
-        return self._postprocess(outputs, matrices, self.crop_size)
+        return self.detect_batch([frame], [landmarks_5], [boxes])[0]
+
+    def detect_batch(
+        self, frames: Sequence[Frame], landmarks_5: Sequence[FloatArray], boxes: Sequence[FloatArray]
+    ) -> list[FaceLandmarks]:
+        """`detect` for the faces of many frames (of any sizes) with one crop launch and one model run:
+        N streams' faces cost one batched call."""
+        for frame in frames:
+            if frame.ndim != 3 or frame.shape[2] != 3 or frame.dtype != np.uint8:
+                raise InvalidFrameError(
+                    f"landmarker needs H x W x 3 uint8 RGB frames, got {frame.shape} {frame.dtype}"
+                )
+        counts = [len(frame_boxes) for frame_boxes in boxes]
+        if sum(counts) == 0:
+            empty = FaceLandmarks(np.zeros((0, self.point_count, 3), np.float32), np.zeros((0,), np.float32))
+            return [empty for _ in frames]
+        matrices = np.concatenate(
+            [
+                crop_matrices(points, frame_boxes, self.crop_rule, self.crop_size)
+                for points, frame_boxes in zip(landmarks_5, boxes)
+                if len(frame_boxes)
+            ]
+        )
+        frame_index = np.repeat(np.arange(len(frames), dtype=np.intp), counts)
+        outputs = self.forward(prepare_crops(frames, frame_index, matrices, self.spec))
+        found = self._postprocess(outputs, matrices, self.crop_size)
+        bounds = np.cumsum([0, *counts])
+        return [
+            FaceLandmarks(found.points[start:stop], found.presence[start:stop])
+            for start, stop in itertools.pairwise(bounds)
+        ]

@@ -21,7 +21,8 @@ from typing import Literal
 
 import onnxruntime as ort
 
-from models.errors import ModelChecksumError, ModelNotFoundError, UnknownModelError
+from models.batch_conversion import convert_to_dynamic_batch
+from models.errors import ModelChecksumError, ModelContractError, ModelNotFoundError, UnknownModelError
 from models.inference import InferenceConfig, create_session
 from models.registry import MODELS, ModelSpec
 
@@ -33,6 +34,11 @@ HASH_CHUNK_BYTES = 1 << 20
 CLI = "python run_stream.py models"
 
 FileState = Literal["ok", "missing", "mismatch", "unpinned"]
+
+
+def converted_models_dir() -> Path:
+    """Where dynamic-batch copies of fixed-batch models are cached (next to the per-user model cache)."""
+    return default_cache_dir().parent / "converted"
 
 
 def default_cache_dir() -> Path:
@@ -249,6 +255,23 @@ class ModelStore:
     def session(self, name: str, config: InferenceConfig) -> ort.InferenceSession:
         """Verify the file, then build its session (provider check and IO-contract check included)."""
         return create_session(self.path(name), self.spec(name), config)
+
+    def batched_session(
+        self, name: str, config: InferenceConfig, cache_dir: Path | None = None
+    ) -> ort.InferenceSession:
+        """`session` on a copy of the verified file that takes any batch (`models.batch_conversion`),
+        so a file exported with batch 1 still runs N faces in one call. When no correct copy can be made
+        (or cached), the verified batch-1 file is used, one call per face, and the reason is logged."""
+        path = self.path(name)
+        verdict = self.check(name)  # digest cached by path(): no second hash of the file
+        try:
+            model_path = convert_to_dynamic_batch(
+                path, cache_dir or converted_models_dir(), source_sha256=verdict.sha256
+            )
+        except (ModelContractError, OSError) as error:
+            logger.warning("%s: running with its fixed batch of 1: %s", name, error)
+            model_path = path
+        return create_session(model_path, self.spec(name), config)
 
     def _missing_detail(self, spec: ModelSpec, path: Path) -> str:
         if spec.urls:

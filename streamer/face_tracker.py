@@ -114,6 +114,23 @@ class _Track:
     filters: dict[str, OneEuroFilter] = field(default_factory=dict)
 
 
+@dataclass
+class TrackStep:
+    """One frame of one stream between `FaceTracker.begin` and `finish`: the faces observed so far and,
+    when a landmarker is used, the 5 points and boxes its crops are cut from."""
+
+    frame: Frame
+    now: float
+    observed: list[_Track]
+    detection_frame: bool
+    mesh_points: FloatArray = field(default_factory=lambda: np.zeros((0, 5, 2), np.float32))  # [M,5,2]
+    mesh_boxes: FloatArray = field(default_factory=lambda: np.zeros((0, 4), np.float32))  # [M,4]
+
+    @property
+    def needs_mesh(self) -> bool:
+        return len(self.mesh_boxes) > 0
+
+
 class FaceTracker:
     """Per-stream face tracks; `track(frame)` once per frame, in order. Not thread-safe."""
 
@@ -171,6 +188,19 @@ class FaceTracker:
         by default frames are taken to be 1 / frame_rate apart. A caller that batches detection over
         streams passes `detections` (from `detector.detect_batch(..., input_size=
         detection_input_size(frame))`) when `detection_due()`; they are ignored when not due."""
+        step = self.begin(frame, timestamp, detections=detections)
+        landmarks = None
+        if step.needs_mesh:
+            assert self.landmarker is not None
+            landmarks = self.landmarker.detect(frame, step.mesh_points, step.mesh_boxes)
+        return self.finish(step, landmarks)
+
+    def begin(
+        self, frame: Frame, timestamp: float | None = None, *, detections: Detections | None = None
+    ) -> "TrackStep":
+        """`track` up to the mesh: detection (when due) and which faces the landmarker must run on. A
+        caller that batches the landmarker over streams runs it on `step.mesh_points/mesh_boxes` of
+        every stream's step at once and hands each stream its part in `finish`."""
         due = self.detection_due()
         self._frame_index += 1
         now = self._frame_index / self.frame_rate if timestamp is None else timestamp
@@ -178,11 +208,28 @@ class FaceTracker:
             observed = self._detect(frame, detections)
         else:
             observed = [track for track in self._tracks if track.mesh is not None]
+        step = TrackStep(frame, now, observed, self._last_detection_index == self._frame_index)
         if self.landmarker is not None and observed:
-            observed = self._refine_with_mesh(frame, observed)
+            if step.detection_frame:
+                step.mesh_points = np.stack([t.landmarks_5 for t in observed])
+                step.mesh_boxes = np.stack([t.box for t in observed])
+            else:  # between detections the crop follows the previous mesh
+                step.mesh_points = np.stack(
+                    [landmarks_5_from_mesh(t.mesh) for t in observed if t.mesh is not None]
+                )
+                step.mesh_boxes = np.stack([box_from_mesh(t.mesh) for t in observed if t.mesh is not None])
+        return step
+
+    def finish(self, step: "TrackStep", landmarks: FaceLandmarks | None) -> list[TrackedFace]:
+        """The rest of `track`, given the landmarker's result for `step.mesh_*` (None when not needed)."""
+        observed = step.observed
+        if step.needs_mesh:
+            if landmarks is None or len(landmarks) != len(observed):
+                raise ValueError(f"finish needs landmarks for the {len(observed)} faces of its step")
+            observed = self._apply_mesh(observed, landmarks, step.detection_frame)
         for track in observed:
             track.missed = 0
-            track.output = self._smoothed(track, now)
+            track.output = self._smoothed(track, step.now)
         self._tracks = [t for t in self._tracks if t.missed <= self.hold_frames and t.output is not None]
         self._drop_duplicates()
         return [track.output for track in sorted(self._tracks, key=lambda t: t.track_id) if track.output]
@@ -245,21 +292,14 @@ class FaceTracker:
             logger.debug("face track %d duplicates track %d; merged", newer.track_id, older.track_id)
         self._tracks = [track for index, track in enumerate(self._tracks) if index not in dropped]
 
-    def _refine_with_mesh(self, frame: Frame, observed: list[_Track]) -> list[_Track]:
-        """Mesh every observed face. On a detection frame the crop comes from the detection, between
+    def _apply_mesh(
+        self, observed: list[_Track], landmarks: FaceLandmarks, detection_frame: bool
+    ) -> list[_Track]:
+        """Mesh every observed face. On a detection frame the crop came from the detection, between
         detections from the previous mesh. Box and 5 points then come from the new mesh (or, with
         `points_from_mesh=False`, from the detector on detection frames: alternating sources cost
         3x the frame-to-frame jitter on the real clip). A face the landmarker rejects counts as
         missed; a new track rejected at once is dropped (a detector false positive)."""
-        assert self.landmarker is not None
-        detection_frame = self._last_detection_index == self._frame_index
-        if detection_frame:
-            roi_points = np.stack([t.landmarks_5 for t in observed])
-            roi_boxes = np.stack([t.box for t in observed])
-        else:
-            roi_points = np.stack([landmarks_5_from_mesh(t.mesh) for t in observed if t.mesh is not None])
-            roi_boxes = np.stack([box_from_mesh(t.mesh) for t in observed if t.mesh is not None])
-        landmarks = self.landmarker.detect(frame, roi_points, roi_boxes)
         kept: list[_Track] = []
         for index, track in enumerate(observed):
             if landmarks.presence[index] < self.presence_threshold:

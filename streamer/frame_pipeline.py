@@ -136,7 +136,9 @@ class FramePipeline:
             return created
 
         detector = Detector(session(config.detector), store.spec(config.detector))
-        landmarker = Landmarker(session(config.landmarker), store.spec(config.landmarker))
+        landmarker_session = store.batched_session(config.landmarker, inference)  # all streams' faces at once
+        providers[config.landmarker] = landmarker_session.get_providers()[0]
+        landmarker = Landmarker(landmarker_session, store.spec(config.landmarker))
         engines: dict[str, SwapEngine] = {"mesh": MeshEngine(detector, landmarker)}
         inswapper_models = InswapperEngine.required_models(config.swapper_model)
         missing = [name for name in inswapper_models if not store.is_available(name)]
@@ -231,12 +233,11 @@ class FramePipeline:
             engine_name = self.engine_for(job.settings).name
             if engine_name in job.source.per_engine:  # else refused by this engine (logged when prepared)
                 swapping.append((index, engine_name))
-        detections = self._detect_batched([jobs[index] for index, _ in swapping])
-        for (index, engine_name), detected in zip(swapping, detections):
-            job = jobs[index]
-            faces = self._select(job.frame, job.stream.tracker.track(job.frame, detections=detected), job)
-            if faces:
-                pending.setdefault(engine_name, []).append((index, faces))
+        tracked_faces = self._track_batched([jobs[index] for index, _ in swapping])
+        for (index, engine_name), faces in zip(swapping, tracked_faces):
+            selected = self._select(jobs[index].frame, faces, jobs[index])
+            if selected:
+                pending.setdefault(engine_name, []).append((index, selected))
         tracked = time.perf_counter()
         for engine_name, items in pending.items():
             engine = self.engines[engine_name]
@@ -259,6 +260,29 @@ class FramePipeline:
             self.timer.record("swap", finished - tracked)
             self.timer.record("total", finished - started)
         return outputs
+
+    def _track_batched(self, jobs: Sequence[FrameJob]) -> list[list[TrackedFace]]:
+        """Every job's tracked faces, with one detector run (per frame size) and one landmarker run for
+        all streams' faces instead of one of each per stream."""
+        detections = self._detect_batched(jobs)
+        steps = [
+            job.stream.tracker.begin(job.frame, detections=detected)
+            for job, detected in zip(jobs, detections)
+        ]
+        meshing = [step for step in steps if step.needs_mesh]
+        meshes = iter(
+            self.landmarker.detect_batch(
+                [step.frame for step in meshing],
+                [step.mesh_points for step in meshing],
+                [step.mesh_boxes for step in meshing],
+            )
+            if meshing
+            else []
+        )
+        return [
+            job.stream.tracker.finish(step, next(meshes) if step.needs_mesh else None)
+            for job, step in zip(jobs, steps)
+        ]
 
     def _detect_batched(self, jobs: Sequence[FrameJob]) -> list[Detections | None]:
         """Detections for the jobs whose tracker is due to detect, one detector run per frame size for

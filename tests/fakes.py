@@ -50,8 +50,11 @@ class FakeSession:
         self.calls: list[tuple[list[str], Feeds]] = []
 
     @classmethod
-    def for_spec(cls, spec: ModelSpec, respond: Responder, *, batch: int | None = None) -> "FakeSession":
-        """A session with the spec's IO contract; `batch` fixes dim 0 (as in files with batch 1)."""
+    def for_spec(
+        cls, spec: ModelSpec, respond: Responder, *, batch: int | None = None, symbolic_batch: bool = False
+    ) -> "FakeSession":
+        """A session with the spec's IO contract; `batch` fixes dim 0 (as in files with batch 1),
+        `symbolic_batch` frees it (as in a `models.batch_conversion` copy)."""
 
         def shapes(
             tensors: Sequence[tuple[str, tuple[int | None, ...]]],
@@ -59,7 +62,7 @@ class FakeSession:
             result = []
             for name, shape in tensors:
                 dims = list(shape)
-                dims[0] = batch if batch is not None else dims[0]
+                dims[0] = None if symbolic_batch else batch if batch is not None else dims[0]
                 result.append((name, dims))
             return result
 

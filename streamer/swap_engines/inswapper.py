@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
 import numpy as np
-import onnxruntime as ort
 from numpy.typing import NDArray
 
 from gpu_ops.affine import transform_points
@@ -23,12 +22,10 @@ from gpu_ops.backend import get_array_module, is_device_array
 from gpu_ops.errors import InvalidInputError
 from gpu_ops.masks import feather_outside_cpu, fill_polygons_cpu
 from gpu_ops.paste_back import paste_back
-from models.batch_conversion import convert_to_dynamic_batch
 from models.enhancer import Enhancer
-from models.errors import ModelContractError
 from models.face_mesh_topology import LIPS_INNER
-from models.inference import InferenceConfig, create_session
-from models.model_files import ModelStore, default_cache_dir
+from models.inference import InferenceConfig
+from models.model_files import ModelStore
 from models.model_input import prepare_crops
 from models.swapper import (
     Swapper,
@@ -86,29 +83,6 @@ def inner_mouth_mask(
     if not region.any():  # closed mouth: the polygon has no area
         return np.zeros((size[1], size[0]), dtype=np.float32)
     return feather_outside_cpu(region, 0.5, 2.0)
-
-
-def converted_models_dir() -> Path:
-    """Where dynamic-batch copies of fixed-batch models are cached (next to the per-user model cache)."""
-    return default_cache_dir().parent / "converted"
-
-
-def load_batched_session(
-    store: ModelStore, name: str, inference: InferenceConfig, cache_dir: Path
-) -> tuple[ort.InferenceSession, Path]:
-    """A session on the dynamic-batch copy of a verified model file; returns it with the original path.
-
-    When the copy cannot be made or does not batch correctly, the verified batch-1 file is used
-    (one session call per face) and the reason is logged.
-    """
-    path = store.path(name)
-    verdict = store.check(name)  # digest cached by path(): no second hash of the file
-    try:
-        model_path = convert_to_dynamic_batch(path, cache_dir, source_sha256=verdict.sha256)
-    except ModelContractError as error:
-        logger.warning("%s: running with its fixed batch of 1: %s", name, error)
-        model_path = path
-    return create_session(model_path, store.spec(name), inference), path
 
 
 @dataclass(frozen=True, eq=False)
@@ -174,15 +148,13 @@ class InswapperEngine:
         """Load the swapper (batched copy), arcface and, when its file is present, the enhancer."""
         from models.embedder import Embedder  # the face-analysis module; imported where it is needed
 
-        cache_dir = cache_dir or converted_models_dir()
-        swapper_session, swapper_path = load_batched_session(
-            store, config.swapper_model, inference, cache_dir
-        )
+        swapper_session = store.batched_session(config.swapper_model, inference, cache_dir)
+        swapper_path = store.path(config.swapper_model)  # the verified original holds the emap
         swapper = Swapper(swapper_session, store.spec(config.swapper_model), extract_emap(swapper_path))
         embedder = Embedder(store.session(ARCFACE_MODEL, inference), store.spec(ARCFACE_MODEL))
         enhancer = None
         if store.is_available(config.enhancer_model):
-            enhancer_session, _ = load_batched_session(store, config.enhancer_model, inference, cache_dir)
+            enhancer_session = store.batched_session(config.enhancer_model, inference, cache_dir)
             enhancer = Enhancer(enhancer_session, store.spec(config.enhancer_model))
         else:
             logger.info("enhancer %s not present: inswapper runs without it", config.enhancer_model)

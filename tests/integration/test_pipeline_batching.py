@@ -1,5 +1,5 @@
-"""`process_batch` over several streams: one detector run per batch for all streams due to detect, and
-the same swaps as running each stream on its own."""
+"""`process_batch` over several streams: one detector run per batch for all streams due to detect, one
+landmarker run for every stream's faces, and the same swaps as running each stream on its own."""
 
 from pathlib import Path
 from typing import Any
@@ -36,13 +36,20 @@ def test_streams_share_one_detector_run_and_swap_as_alone(
         alone.append([pipeline.process(FrameJob(frame, stream, source, settings)) for frame in clip])
 
     batch_sizes: list[int] = []
-    detect_batch = pipeline.detector.detect_batch
+    mesh_batches: list[int] = []
+    detect_batch, mesh_batch = pipeline.detector.detect_batch, pipeline.landmarker.detect_batch
 
     def counting(frames: Any, **kwargs: Any) -> Any:
         batch_sizes.append(len(frames))
         return detect_batch(frames, **kwargs)
 
+    def counting_meshes(frames: Any, points: Any, boxes: Any) -> Any:
+        mesh_batches.append(len(frames))
+        return mesh_batch(frames, points, boxes)
+
     monkeypatch.setattr(pipeline.detector, "detect_batch", counting)
+    monkeypatch.setattr(pipeline.landmarker, "detect_batch", counting_meshes)
+    monkeypatch.setattr(pipeline.landmarker, "detect", lambda *args: pytest.fail("a stream meshed alone"))
     streams = [pipeline.new_stream() for _ in clips]
     together: list[list[Any]] = [[] for _ in clips]
     for step in range(FRAMES):
@@ -50,9 +57,11 @@ def test_streams_share_one_detector_run_and_swap_as_alone(
         for outputs, output in zip(together, pipeline.process_batch(jobs)):
             outputs.append(output)
 
+    assert pipeline.landmarker.fixed_batch is None  # the batch-1 face mesh file runs from a batched copy
     detect_every = pipeline.config.detect_every
     assert batch_sizes == [STREAMS] * len(range(0, FRAMES, detect_every))  # one run per detection frame
     assert all(stream.tracker.detections_run == 0 for stream in streams)  # none detected on its own
+    assert mesh_batches == [STREAMS] * FRAMES  # every frame of every stream meshed in one run per step
     for clip, single, batched in zip(clips, alone, together):
         for frame, expected, found in zip(clip, single, batched):
             assert np.abs(expected.astype(np.int16) - frame).mean() > 1.0  # swapped

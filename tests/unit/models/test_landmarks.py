@@ -107,3 +107,28 @@ def test_presence_sigmoid_is_stable_for_large_logits() -> None:
 def test_rejects_non_landmark_specs() -> None:
     with pytest.raises(ModelContractError):
         Landmarker(facemesh_returning(np.zeros((468, 3), np.float32), 0.0), get_spec("yunet_n"))
+
+
+def test_faces_of_many_frames_go_through_one_run_and_come_back_per_frame() -> None:
+    """Each face's crop is coloured by its frame; the fake reports the crop's mean as presence logit, so
+    the split back per frame is checked against which frame each crop came from."""
+    runs: list[int] = []
+
+    def respond(feeds: Feeds) -> list[NDArray[np.float32]]:
+        crops = feeds["input_1"]
+        runs.append(len(crops))
+        logits = crops.reshape(len(crops), -1).mean(axis=1).reshape(-1, 1, 1, 1) * 10.0
+        return [np.zeros((len(crops), 1, 1, 1404), np.float32), logits.astype(np.float32)]
+
+    landmarker = Landmarker(FakeSession.for_spec(FACEMESH, respond, symbolic_batch=True), FACEMESH)
+    frames = [np.full((240, 320, 3), value, np.uint8) for value in (0, 255, 0)]
+    two_boxes = np.concatenate([BOX, BOX + 10.0])
+    two_eyes = np.concatenate([LEVEL_EYES, LEVEL_EYES + 10.0])
+    results = landmarker.detect_batch(
+        frames, [LEVEL_EYES, two_eyes, LEVEL_EYES[:0]], [BOX, two_boxes, BOX[:0]]
+    )
+    assert runs == [3]  # three faces of two frames in one run; the faceless frame adds nothing
+    assert [len(result) for result in results] == [1, 2, 0]
+    assert results[0].presence[0] == pytest.approx(0.5)  # black frame: logit 0
+    assert results[1].presence.min() > 0.99  # white frame: both faces
+    assert landmarker.detect_batch(frames[:1], [LEVEL_EYES[:0]], [BOX[:0]])[0].points.shape == (0, 468, 3)
