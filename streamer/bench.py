@@ -59,7 +59,7 @@ def measure_pipeline(
 ) -> dict[str, Any]:
     timer = StageTimer()
     pipeline.detector = TimedCalls(pipeline.detector, "detect", timer, "detect")  # type: ignore[assignment]
-    pipeline.landmarker = TimedCalls(pipeline.landmarker, "detect", timer, "landmarks")  # type: ignore[assignment]
+    pipeline.landmarker = TimedCalls(pipeline.landmarker, "detect_batch", timer, "landmarks")  # type: ignore[assignment]
     settings = settings_from_args(args)
     source = pipeline.prepare_source(source_photo, settings)
     engine = pipeline.engine_for(settings)
