@@ -170,6 +170,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--output-dir", help="with --gpu: folder for gpu_bench.json and gpu_bench.md")
     bench.add_argument("--seconds", type=float, default=None, help="duration override")
     bench.add_argument("--frames", type=int, default=200)
+    bench.add_argument(
+        "--streams", type=int, default=1, help="N > 1: N streams batched vs one call each (ms per frame)"
+    )
+    bench.add_argument("--rounds", type=int, default=2, help="with --streams: alternating rounds per mode")
     bench.add_argument("--width", type=int, default=640)
     bench.add_argument("--height", type=int, default=480)
     bench.add_argument("--media-dir", help="directory with face photos to use as frames and sources")

@@ -1,12 +1,14 @@
 """`process_batch` over several streams: one detector run per batch for all streams due to detect, one
 landmarker run for every stream's faces, and the same swaps as running each stream on its own."""
 
+import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
+import run_stream
 from streamer.bench_frames import SOURCE_PHOTO, TARGET_PHOTO, panning_face_frames
 from streamer.frame_pipeline import FrameJob, FramePipeline, PipelineConfig, SwapSettings
 from streamer.image_input import read_image_file
@@ -67,3 +69,25 @@ def test_streams_share_one_detector_run_and_swap_as_alone(
             assert np.abs(expected.astype(np.int16) - frame).mean() > 1.0  # swapped
             difference = np.abs(found.astype(np.int16) - expected.astype(np.int16))
             assert difference.max() <= 3 and difference.mean() < 0.05  # batched float sums may round apart
+
+
+def test_bench_streams_reports_both_modes(models_dir: Path, media_dir: Path, tmp_path: Path) -> None:
+    output = tmp_path / "batching.json"
+    arguments = ["bench", "--models-dir", str(models_dir), "--media-dir", str(media_dir), "--frames", "3"]
+    arguments += [
+        "--streams",
+        "2",
+        "--rounds",
+        "1",
+        "--width",
+        "320",
+        "--height",
+        "240",
+        "--output",
+        str(output),
+    ]
+    assert run_stream.main(arguments) == 0
+    result = json.loads(output.read_text())
+    assert result["streams"] == 2 and result["size"] == "320x240"
+    assert all(len(values) == 1 and values[0] > 0 for values in result["ms_per_frame"].values())
+    assert set(result["ms_per_frame"]) == {"batched", "one call each"}
