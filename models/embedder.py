@@ -38,12 +38,13 @@ def alignment_matrices(
     )
 
 
-def prepare_chips(frame: Frame, landmarks_5: FloatArray, spec: ModelSpec) -> FloatArray:
-    """[N,3,S,S] float32 aligned chips in the spec's colour order and normalisation."""
+def prepare_chips(frame: Frame, landmarks_5: FloatArray, spec: ModelSpec) -> Any:
+    """[N,3,S,S] float32 aligned chips in the spec's colour order and normalisation, on the frame's
+    device (a CuPy frame gives CuPy chips, bound in place by `forward`)."""
     if spec.template is None or spec.input_size is None:
         raise ModelContractError(f"{spec.name} has no alignment template / input size")
     matrices = alignment_matrices(landmarks_5, spec.template)
-    return np.asarray(prepare_crops([frame], np.zeros(len(matrices), np.intp), matrices, spec), np.float32)
+    return prepare_crops([frame], np.zeros(len(matrices), np.intp), matrices, spec)
 
 
 def identity_distance(a: NDArray[np.floating], b: NDArray[np.floating]) -> float:
@@ -65,7 +66,7 @@ class Embedder:
         self._output_name = spec.outputs[0].name
         self._max_batch = fixed_batch_size(session)
 
-    def prepare_chips(self, frame: Frame, landmarks_5: FloatArray) -> FloatArray:
+    def prepare_chips(self, frame: Frame, landmarks_5: FloatArray) -> Any:
         """The model input for these faces: [N,3,S,S] float32."""
         return prepare_chips(frame, landmarks_5, self.spec)
 
