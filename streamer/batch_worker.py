@@ -78,6 +78,7 @@ class WorkerLane:
         self.mailbox: FrameMailbox[InboundFrame] = FrameMailbox()
         self.processing_ms: deque[float] = deque(maxlen=120)  # whole-batch time of this lane's frames
         self.failures = 0  # consecutive frames that failed (worker thread only)
+        self.batcher_dropped = 0  # frames taken from the mailbox, then replaced in the batcher
 
 
 class BatchWorker:
@@ -224,7 +225,10 @@ class BatchWorker:
                     continue
                 dropped_before = self._batcher.dropped
                 self._batcher.submit(lane.session_id, (lane, item))
-                if self._batcher.dropped != dropped_before and self._metrics is not None:
+                if self._batcher.dropped == dropped_before:
+                    continue
+                lane.batcher_dropped += 1
+                if self._metrics is not None:
                     self._metrics.frames_dropped.inc(session_id=lane.session_id)
                     self._metrics.batcher_dropped.inc()
 

@@ -236,7 +236,9 @@ class PeerSession:
             "id": self.session_id,
             "frames_in": self.frames_in,
             "frames_out": self._outbound.sent,
-            "frames_dropped": self._lane.mailbox.dropped + self._outbound.dropped,
+            "frames_dropped": self._lane.mailbox.dropped
+            + self._lane.batcher_dropped
+            + self._outbound.dropped,
             "processing_ms": {
                 "last": round(self._lane.processing_ms[-1], 2) if processing else None,
                 "p50": round(processing[len(processing) // 2], 2) if processing else None,

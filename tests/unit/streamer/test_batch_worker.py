@@ -255,6 +255,7 @@ async def test_twenty_sessions_in_batches_of_four_are_all_served_in_turn() -> No
     assert metrics.batcher_dropped.value() > 0
     dropped = sum(metrics.frames_dropped.value(session_id=lane.session_id) for lane in lanes)
     assert dropped == metrics.batcher_dropped.value()
+    assert sum(lane.batcher_dropped for lane in lanes) == metrics.batcher_dropped.value()  # in stats too
 
 
 async def test_out_of_memory_halves_the_policy_the_batcher_closes_batches_by() -> None:
