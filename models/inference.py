@@ -45,17 +45,26 @@ def available_providers() -> list[str]:
     return list(ort.get_available_providers())
 
 
-def _provider_chain(config: InferenceConfig) -> list[tuple[str, dict[str, Any]]]:
-    cuda_options: dict[str, Any] = {"device_id": config.device_id}
+def provider_chain(config: InferenceConfig) -> list[tuple[str, dict[str, Any]]]:
+    """(provider, options) in ORT's order of preference for this config; CPU always last."""
+    stream_options: dict[str, Any] = {}  # both GPU providers run on the kernels' stream when given one
     if config.user_compute_stream is not None:
-        cuda_options["user_compute_stream"] = str(config.user_compute_stream)
-        cuda_options["has_user_compute_stream"] = "1"
+        stream_options = {
+            "user_compute_stream": str(config.user_compute_stream),
+            "has_user_compute_stream": "1",
+        }
+    cuda_options: dict[str, Any] = {"device_id": config.device_id, **stream_options}
     if config.cuda_graphs:
         cuda_options["enable_cuda_graph"] = "1"
     chain: list[tuple[str, dict[str, Any]]] = []
     if config.execution_provider == "tensorrt":
-        trt_options: dict[str, Any] = {"device_id": config.device_id, "trt_fp16_enable": True}
+        trt_options: dict[str, Any] = {
+            "device_id": config.device_id,
+            "trt_fp16_enable": True,
+            **stream_options,
+        }
         if config.tensorrt_cache_dir:
+            Path(config.tensorrt_cache_dir).mkdir(parents=True, exist_ok=True)
             trt_options.update(
                 trt_engine_cache_enable=True,
                 trt_engine_cache_path=config.tensorrt_cache_dir,
@@ -104,7 +113,7 @@ def create_session(model_path: Path, spec: ModelSpec, config: InferenceConfig) -
         options.intra_op_num_threads = config.intra_op_threads
     options.log_severity_level = 3  # ORT's own warnings are noise here; we log what matters ourselves
     requested = _ORT_NAMES[config.execution_provider]
-    chain = _provider_chain(config)
+    chain = provider_chain(config)
     if requested not in available_providers():
         raise GpuUnavailableError(
             f"--execution-provider {config.execution_provider}: this onnxruntime build has only "

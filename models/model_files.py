@@ -41,6 +41,12 @@ def converted_models_dir() -> Path:
     return default_cache_dir().parent / "converted"
 
 
+def tensorrt_cache_dir() -> Path:
+    """Where TensorRT keeps built engines and timing caches: building them takes minutes, so only the
+    first start with `--execution-provider tensorrt` pays for it."""
+    return default_cache_dir().parent / "tensorrt"
+
+
 def default_cache_dir() -> Path:
     """Per-user cache: $XDG_CACHE_HOME/livefuse/models, else ~/.cache/livefuse/models."""
     cache_home = os.environ.get("XDG_CACHE_HOME", "")

@@ -37,7 +37,7 @@ def _on_gpu(session: ort.InferenceSession) -> bool:
 
 def shares_current_stream(session: ort.InferenceSession, cupy: Any) -> bool:
     """True when ORT runs this session on CuPy's current stream (no host sync needed before a run)."""
-    options = session.get_provider_options().get("CUDAExecutionProvider", {})
+    options = session.get_provider_options().get(session.get_providers()[0], {})
     if options.get("has_user_compute_stream") not in ("1", 1, True):
         return False
     return str(options.get("user_compute_stream")) == str(cupy.cuda.get_current_stream().ptr)

@@ -18,7 +18,7 @@ from numpy.typing import NDArray
 from models.detector import Detections, Detector, InputSize
 from models.embedder import Embedder, identity_distance
 from models.landmarks import Landmarker
-from models.model_files import ModelStore
+from models.model_files import ModelStore, tensorrt_cache_dir
 from streamer.compute_backend import BackendRequest, ComputeBackend, choose_backend
 from streamer.face import Frame, TrackedFace
 from streamer.face_selector import select_faces
@@ -127,7 +127,9 @@ class FramePipeline:
         """Verify and load every model the config needs (seconds); raise a LivefuseError naming the fix."""
         store = ModelStore(models_dir)
         backend = choose_backend(config.execution_provider, device_id=config.device_id)
-        inference = backend.inference_config(intra_op_threads=config.intra_op_threads)
+        inference = backend.inference_config(
+            intra_op_threads=config.intra_op_threads, tensorrt_cache_dir=str(tensorrt_cache_dir())
+        )
         providers: dict[str, str] = {}
 
         def session(name: str):  # type: ignore[no-untyped-def]
