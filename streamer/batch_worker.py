@@ -18,6 +18,7 @@ closed at the smaller size too) and the batch is run again in smaller pieces.
 
 import asyncio
 import concurrent.futures
+import functools
 import logging
 import threading
 import time
@@ -98,8 +99,10 @@ class BatchWorker:
         self._binding = binding
         self.conversion: FrameConversion = conversion or HostFrameConversion()
         self._forget: deque[str] = deque()  # sessions whose conversion state goes, between batches
-        self._bus_published = (0, 0, 0, 0)  # ledger totals already added to /metrics
         self._metrics = metrics
+        ledger = getattr(self.conversion, "ledger", None)  # the device frame path counts its copies
+        if ledger is not None and metrics is not None:
+            ledger.add_listener(functools.partial(self._publish_bus_copies, metrics))
         self._label = check_label(label) if label is not None else None
         # owns the policy (see `policy`); locks itself, as attach/detach run on the event loop
         self._batcher: MicroBatcher[tuple[WorkerLane, InboundFrame]] = MicroBatcher(policy)
@@ -262,19 +265,11 @@ class BatchWorker:
             self._metrics.batches.inc(reason=batch.reason)
             for waited in batch.waited_s():
                 self._metrics.batch_wait_seconds.observe(waited)
-            self._publish_bus_copies(self._metrics)
 
-    def _publish_bus_copies(self, metrics: DaemonMetrics) -> None:
-        """Add the ledger's copies since the last batch to /metrics (device frame path only)."""
-        ledger = getattr(self.conversion, "ledger", None)
-        if ledger is None:
-            return
-        now = (ledger.uploads, ledger.upload_bytes, ledger.downloads, ledger.download_bytes)
-        before, self._bus_published = self._bus_published, now
-        for direction, copies, nbytes in (("up", 0, 1), ("down", 2, 3)):
-            if now[copies] > before[copies]:
-                metrics.bus_copies.inc(now[copies] - before[copies], direction=direction)
-                metrics.bus_bytes.inc(now[nbytes] - before[nbytes], direction=direction)
+    @staticmethod
+    def _publish_bus_copies(metrics: DaemonMetrics, direction: str, nbytes: int) -> None:
+        metrics.bus_copies.inc(direction=direction)
+        metrics.bus_bytes.inc(nbytes, direction=direction)
 
     def _convert_in(
         self, taken: list[tuple[WorkerLane, InboundFrame]]

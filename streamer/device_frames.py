@@ -14,9 +14,10 @@ mirror (`HostTransfers`: "device" = host memory) runs it on CPU with the same ca
 
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Literal, NamedTuple, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
@@ -25,6 +26,7 @@ from gpu_ops.errors import InvalidFrameError
 
 logger = logging.getLogger(__name__)
 
+Direction = Literal["up", "down"]
 DEFAULT_RING_SIZE = 3  # encoder holds one, one is being filled, one spare
 
 
@@ -78,16 +80,25 @@ class BusLedger:
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
+        self._listeners: list[Callable[[Direction, int], None]] = []
+
+    def add_listener(self, listener: Callable[[Direction, int], None]) -> None:
+        """Also hand every copy to `listener(direction, nbytes)` (the daemon's /metrics counters)."""
+        self._listeners.append(listener)
 
     def record_upload(self, nbytes: int) -> None:
         with self._lock:
             self.uploads += 1
             self.upload_bytes += nbytes
+        for listener in self._listeners:
+            listener("up", nbytes)
 
     def record_download(self, nbytes: int) -> None:
         with self._lock:
             self.downloads += 1
             self.download_bytes += nbytes
+        for listener in self._listeners:
+            listener("down", nbytes)
 
     @property
     def crossings(self) -> int:
