@@ -84,6 +84,14 @@ def box_average(frame: Any, factor: int) -> Any:
     return xp.rint(blocks.mean(axis=(1, 3), dtype=xp.float32)).astype(xp.uint8)
 
 
+def _check_same_size(frames: Sequence[Any]) -> None:
+    for frame in frames:
+        if frame.shape != frames[0].shape:
+            raise InvalidFrameError(
+                f"detect_batch needs frames of one size: {frame.shape} vs {frames[0].shape}"
+            )
+
+
 def prepare_detector_input_by_crop(frames: Sequence[Any], input_size: InputSize, spec: ModelSpec) -> Any:
     """`prepare_detector_input` built from array ops plus one batched crop launch: the device path.
 
@@ -91,12 +99,8 @@ def prepare_detector_input_by_crop(frames: Sequence[Any], input_size: InputSize,
     within 2x of the input scale, then a bilinear resize (which at scale 1/2 is itself a 2x2 average). The
     crop replicates borders, so the letterbox padding is then set to what a zero pixel normalises to.
     """
+    _check_same_size(frames)
     height, width = frames[0].shape[:2]
-    for frame in frames:
-        if frame.shape != frames[0].shape:
-            raise InvalidFrameError(
-                f"detect_batch needs frames of one size: {frame.shape} vs {frames[0].shape}"
-            )
     scale = letterbox_scale((width, height), input_size)
     factor = max(1, int(1.0 / scale))  # the residual bilinear scale lands in (0.5, 1]
     tensor = crop_faces(
@@ -130,11 +134,8 @@ def prepare_detector_input(frames: Sequence[Any], input_size: InputSize, spec: M
     scale = letterbox_scale((frame_width, frame_height), input_size)
     resized_size = (min(width, round(frame_width * scale)), min(height, round(frame_height * scale)))
     canvas = np.zeros((len(frames), height, width, 3), np.uint8)
+    _check_same_size(frames)
     for index, frame in enumerate(frames):
-        if frame.shape != frames[0].shape:
-            raise InvalidFrameError(
-                f"detect_batch needs frames of one size: {frame.shape} vs {frames[0].shape}"
-            )
         interpolation = cv2.INTER_AREA if scale < 1.0 else cv2.INTER_LINEAR
         canvas[index, : resized_size[1], : resized_size[0]] = cv2.resize(
             frame, resized_size, interpolation=interpolation

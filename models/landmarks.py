@@ -72,13 +72,6 @@ def crop_matrices(
     return matrices
 
 
-def prepare_landmark_input(frame: Frame, affine_matrices: NDArray[np.float64], spec: ModelSpec) -> Any:
-    """[N,S,S,3] (nhwc) or [N,3,S,S] (nchw) float32 crops, in the spec's colour order and scaling, on
-    the frame's device."""
-    indices = np.zeros(len(affine_matrices), np.intp)
-    return prepare_crops([frame], indices, affine_matrices, spec)
-
-
 def _crop_to_frame(points_crop: FloatArray, affine_matrices: NDArray[np.float64]) -> FloatArray:
     """Map [N,P,3] crop points back to frame px; z is scaled by the crop's px size."""
     result = np.empty_like(points_crop, dtype=np.float32)

@@ -8,7 +8,6 @@ frame), face mesh and mesh engine, one stream state per session. Frames are the 
 workloads of `gpu_bench`, which leave detection and landmarks out.
 """
 
-import logging
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -21,8 +20,6 @@ from streamer.frame_conversion import choose_frame_conversion
 from streamer.frame_pipeline import FrameJob, FramePipeline, PipelineConfig, StreamState, SwapSettings
 from streamer.image_input import read_image_file
 from streamer.stage_timer import StageClock, StageTimer
-
-logger = logging.getLogger(__name__)
 
 PANNING_FRAMES = 30
 
