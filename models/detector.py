@@ -129,12 +129,12 @@ def prepare_detector_input(frames: Sequence[Any], input_size: InputSize, spec: M
     tensor (`prepare_detector_input_by_crop`); host frames use OpenCV's area resize."""
     if is_device_array(frames[0]):
         return prepare_detector_input_by_crop(frames, input_size, spec)
+    _check_same_size(frames)
     width, height = input_size
     frame_height, frame_width = frames[0].shape[:2]
     scale = letterbox_scale((frame_width, frame_height), input_size)
     resized_size = (min(width, round(frame_width * scale)), min(height, round(frame_height * scale)))
     canvas = np.zeros((len(frames), height, width, 3), np.uint8)
-    _check_same_size(frames)
     for index, frame in enumerate(frames):
         interpolation = cv2.INTER_AREA if scale < 1.0 else cv2.INTER_LINEAR
         canvas[index, : resized_size[1], : resized_size[0]] = cv2.resize(
