@@ -13,6 +13,8 @@ import json
 import logging
 import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -155,22 +157,42 @@ def daemon_args(args: argparse.Namespace) -> tuple[str, ...]:
     )  # fmt: skip
 
 
-def run_live(args: argparse.Namespace) -> int:
+@dataclass(frozen=True)
+class LoopbackBench:
+    """What a loopback bench (`--live`, `--whip`) has once its daemon is ready: where it listens, the
+    panning face frames to send and the source photo to upload."""
+
+    url: str
+    frames: list[Frame]
+    source_image: bytes
+    source_type: str
+
+
+@contextmanager
+def loopback_bench(args: argparse.Namespace, name: str) -> Iterator[LoopbackBench]:
+    """A daemon child process with the bench's model flags, and the inputs both loopback benches send."""
     media = media_dir_from_args(args)
     models_dir = resolve_models_dir(args.models_dir)
-    seconds = args.seconds if args.seconds is not None else DEFAULT_SECONDS
-    settings: dict[str, Any] = {"engine": args.engine if args.engine != "auto" else "mesh"}
-    if args.enhancer:
-        settings["enhancer"] = True
     frames = panning_face_frames(
         read_image_file(media / TARGET_PHOTO), args.width, args.height, MOTION_FRAMES
     )
     source_image, source_type = source_upload(media)
     with (
-        tempfile.TemporaryDirectory(prefix="livefuse-live-bench-") as scratch,
+        tempfile.TemporaryDirectory(prefix=f"livefuse-{name}-bench-") as scratch,
         DaemonProcess(models_dir, Path(scratch) / "daemon.log", extra_args=daemon_args(args)) as daemon,
     ):
-        phases = asyncio.run(measure_live(daemon.url, frames, source_image, source_type, settings, seconds))
+        yield LoopbackBench(daemon.url, frames, source_image, source_type)
+
+
+def run_live(args: argparse.Namespace) -> int:
+    seconds = args.seconds if args.seconds is not None else DEFAULT_SECONDS
+    settings: dict[str, Any] = {"engine": args.engine if args.engine != "auto" else "mesh"}
+    if args.enhancer:
+        settings["enhancer"] = True
+    with loopback_bench(args, "live") as bench:
+        phases = asyncio.run(
+            measure_live(bench.url, bench.frames, bench.source_image, bench.source_type, settings, seconds)
+        )
 
     size = f"{args.width}x{args.height}"
     machine = machine_description()

@@ -14,7 +14,6 @@ import asyncio
 import json
 import logging
 import sys
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -22,18 +21,11 @@ from typing import Any
 import aiohttp
 import numpy as np
 
-from models.model_files import resolve_models_dir
 from streamer.bench_frames import (
-    TARGET_PHOTO,
     machine_description,
-    media_dir_from_args,
-    panning_face_frames,
-    source_upload,
 )
-from streamer.daemon_process import DaemonProcess
 from streamer.face import Frame
-from streamer.image_input import read_image_file
-from streamer.live_bench import MOTION_FRAMES, WARMUP_SECONDS, daemon_args
+from streamer.live_bench import WARMUP_SECONDS, loopback_bench
 from web.whip_client import WhepViewer, WhipPublisher
 
 logger = logging.getLogger(__name__)
@@ -145,19 +137,12 @@ async def measure_whip(
 
 
 def run_whip(args: argparse.Namespace) -> int:
-    media = media_dir_from_args(args)
-    models_dir = resolve_models_dir(args.models_dir)
     seconds = args.seconds if args.seconds is not None else DEFAULT_SECONDS
     settings: dict[str, Any] = {"engine": args.engine if args.engine != "auto" else "mesh"}
-    frames = panning_face_frames(
-        read_image_file(media / TARGET_PHOTO), args.width, args.height, MOTION_FRAMES
-    )
-    source_image, source_type = source_upload(media)
-    with (
-        tempfile.TemporaryDirectory(prefix="livefuse-whip-bench-") as scratch,
-        DaemonProcess(models_dir, Path(scratch) / "daemon.log", extra_args=daemon_args(args)) as daemon,
-    ):
-        phases = asyncio.run(measure_whip(daemon.url, frames, source_image, source_type, settings, seconds))
+    with loopback_bench(args, "whip") as bench:
+        phases = asyncio.run(
+            measure_whip(bench.url, bench.frames, bench.source_image, bench.source_type, settings, seconds)
+        )
     size = f"{args.width}x{args.height}"
     machine = machine_description()
     header = (
