@@ -11,16 +11,18 @@ import logging
 import sys
 from collections.abc import Callable
 
-from streamer.micro_batcher import DEFAULT_MAX_WAIT_MS  # stdlib-only module: cheap for every subcommand
+from streamer.realtime.micro_batcher import (
+    DEFAULT_MAX_WAIT_MS,  # stdlib-only module: cheap for every subcommand
+)
 
 # subcommand -> module whose `run(args) -> int` does the work (imported lazily: `models list` must not
 # pay for aiortc, and `swap` must not need a web stack)
 COMMANDS: dict[str, str] = {
     "serve": "web.serve",
-    "camera": "streamer.camera",
-    "swap": "streamer.file_swap",
+    "camera": "streamer.outputs.camera",
+    "swap": "streamer.outputs.file_swap",
     "models": "models.commands",
-    "bench": "streamer.bench",
+    "bench": "streamer.bench.command",
 }
 
 EXIT_ERROR = 1

@@ -1,6 +1,6 @@
 """Face detector: RGB uint8 frames in, boxes + scores + 5 points in frame pixels out.
 
-Input: `streamer.face.Frame` (H x W x 3 RGB uint8). The frame is letterboxed (aspect kept, padded
+Input: `models.face.Frame` (H x W x 3 RGB uint8). The frame is letterboxed (aspect kept, padded
 right/bottom) into the model input (multiples of 32), converted to the model's colour order and
 normalisation from its `ModelSpec`, decoded by the variant's decoder, NMS'd and scaled back.
 Output: `Detections` (boxes [N,4] x1,y1,x2,y2, scores [N], landmarks_5 [N,5,2] InsightFace order).
@@ -21,10 +21,10 @@ from gpu_ops.backend import get_array_module, is_device_array
 from gpu_ops.errors import InvalidFrameError
 from models.detector_decoders import Candidates, decoder_for
 from models.errors import ModelContractError
+from models.face import Frame
 from models.inference import check_contract
 from models.registry import ModelSpec
 from models.session_io import fixed_batch_size, run_chunked_to_host
-from streamer.face import Frame
 
 logger = logging.getLogger(__name__)
 

@@ -17,12 +17,12 @@ from numpy.typing import NDArray
 from gpu_ops.backend import get_array_module, is_device_array
 from gpu_ops.paste_back import paste_back
 from models.errors import ModelContractError
+from models.face import Frame
 from models.inference import check_contract
 from models.model_input import prepare_crops
 from models.registry import ModelSpec
 from models.session_io import run_to_device
 from models.swapper import face_alignments, feathered_box_mask
-from streamer.face import Frame
 
 logger = logging.getLogger(__name__)
 

@@ -19,11 +19,11 @@ from numpy.typing import NDArray
 
 from gpu_ops.errors import InvalidFrameError
 from models.errors import ModelContractError
+from models.face import Frame
 from models.inference import check_contract
 from models.model_input import prepare_crops
 from models.registry import ModelSpec
 from models.session_io import fixed_batch_size, run_chunked_to_host
-from streamer.face import Frame
 
 logger = logging.getLogger(__name__)
 

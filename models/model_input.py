@@ -12,8 +12,8 @@ from numpy.typing import NDArray
 
 from gpu_ops.affine_crop import crop_faces
 from models.errors import ModelContractError
+from models.face import Frame
 from models.registry import ModelSpec
-from streamer.face import Frame
 
 
 def prepare_crops(

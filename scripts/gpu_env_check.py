@@ -16,7 +16,7 @@ def main() -> int:
 
     import onnxruntime as ort
 
-    from streamer.compute_backend import choose_backend, probe_cuda_provider, probe_cupy
+    from streamer.pipeline.compute_backend import choose_backend, probe_cuda_provider, probe_cupy
 
     needed = ("numpy", "cv2", "onnx", "pytest", "pytest_asyncio", "av", "aiohttp", "aiortc", "cupy", "torch")
     missing = [name for name in needed if importlib.util.find_spec(name) is None]

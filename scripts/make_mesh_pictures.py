@@ -23,13 +23,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from models import face_mesh_topology as topology
 from models.detector import Detector
+from models.face import Frame, TrackedFace
 from models.inference import InferenceConfig
 from models.landmarks import Landmarker
 from models.model_files import ModelStore
 from models.registry import get_spec
-from streamer.face import Frame, TrackedFace
-from streamer.swap_engines.base import SwapOptions
-from streamer.swap_engines.mesh import MeshConfig, MeshEngine
+from streamer.pipeline.swap_engines.base import SwapOptions
+from streamer.pipeline.swap_engines.mesh import MeshConfig, MeshEngine
 
 logger = logging.getLogger("make_mesh_pictures")
 

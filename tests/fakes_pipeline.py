@@ -1,4 +1,4 @@
-"""A pipeline look-alike for daemon tests: same surface as `streamer.frame_pipeline.FramePipeline`,
+"""A pipeline look-alike for daemon tests: same surface as `streamer.pipeline.frame_pipeline.FramePipeline`,
 no models. A "swap" paints the source's colour (derived from its pixels' sha256) into a fixed face box,
 so tests can tell exactly which source each session's frames were swapped to, and `delay_s` makes it
 as slow as a test needs (overload, /health under load).
@@ -12,9 +12,9 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from streamer.face import Frame
-from streamer.pipeline_binding import PipelineBinding
-from streamer.swap_engines.base import NoFaceError
+from models.face import Frame
+from streamer.pipeline.swap_engines.base import NoFaceError
+from streamer.realtime.pipeline_binding import PipelineBinding
 
 # the fake's "face": a box in the middle of the frame, clear of the stamp strip at the top
 FACE_BOX_FRACTIONS = (0.35, 0.3, 0.65, 0.7)  # x1, y1, x2, y2 as fractions of width/height

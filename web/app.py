@@ -11,16 +11,16 @@ from pathlib import Path
 
 from aiohttp import web
 
-from streamer.batch_worker import BatchWorker
-from streamer.codec_tuning import install_codec_tuning
-from streamer.frame_conversion import FramePathChoice, choose_frame_conversion
-from streamer.ice_addresses import restrict_ice_addresses
-from streamer.jitter_marker import install_marker_release
-from streamer.metrics import DaemonMetrics
-from streamer.micro_batcher import BatchPolicy
-from streamer.peer_session import EndedCallback, PeerSession
-from streamer.pipeline_binding import PipelineBinding
-from streamer.session_registry import SessionRegistry
+from streamer.realtime.batch_worker import BatchWorker
+from streamer.realtime.frame_conversion import FramePathChoice, choose_frame_conversion
+from streamer.realtime.metrics import DaemonMetrics
+from streamer.realtime.micro_batcher import BatchPolicy
+from streamer.realtime.peer_session import EndedCallback, PeerSession
+from streamer.realtime.pipeline_binding import PipelineBinding
+from streamer.realtime.session_registry import SessionRegistry
+from streamer.transport.codec_tuning import install_codec_tuning
+from streamer.transport.ice_addresses import restrict_ice_addresses
+from streamer.transport.jitter_marker import install_marker_release
 
 logger = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ class DaemonConfig:
     idle_timeout_s: float = 5.0  # a peer that sends no video this long is gone
     max_upload_bytes: int = 20 * 1024 * 1024
     static_dir: Path = field(default=STATIC_DIR)
-    # hardening (web/auth.py, web/limits.py, streamer/provenance.py; docs/security.md)
+    # hardening (web/auth.py, web/limits.py, streamer/outputs/provenance.py; docs/security.md)
     token: str | None = None  # bearer token required on every non-public route
     cors_origins: tuple[str, ...] = ()  # empty: no CORS headers at all
     rate_limit_per_minute: float = 0.0  # session creations per client address; 0: unlimited

@@ -25,7 +25,7 @@ from aiohttp.typedefs import Handler, Middleware
 from aiohttp.web_urldispatcher import StaticResource
 
 from gpu_ops.errors import InvalidInputError
-from streamer.provenance import audit_record, log_audit
+from streamer.outputs.provenance import audit_record, log_audit
 from web.app import ENGINE_KEY, DaemonConfig
 
 logger = logging.getLogger(__name__)

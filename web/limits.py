@@ -5,7 +5,7 @@ the idle-session reaper's place in the app.
 Caps are checked from Content-Length before anything is read; a body without one is read through a
 request clone whose `client_max_size` is the cap, so a chunked upload cannot go past it either. Image
 bytes themselves are checked (format by content, 20 MB, 40 megapixels declared) by
-`streamer.image_input.decode_image` in the upload route.
+`streamer.pipeline.image_input.decode_image` in the upload route.
 """
 
 import json
@@ -20,7 +20,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
 from gpu_ops.errors import InvalidInputError
-from streamer.idle_reaper import IdleReaper, WatchedSession
+from streamer.realtime.idle_reaper import IdleReaper, WatchedSession
 from web.app import CONFIG_KEY, ENGINE_KEY, DaemonConfig
 
 logger = logging.getLogger(__name__)

@@ -16,8 +16,8 @@ from typing import Any
 from aiohttp import web
 
 from gpu_ops.errors import InvalidInputError
-from streamer.micro_batcher import BatchPolicy
-from streamer.pipeline_binding import PipelineBinding
+from streamer.realtime.micro_batcher import BatchPolicy
+from streamer.realtime.pipeline_binding import PipelineBinding
 from web.app import CONFIG_KEY, ENGINE_KEY, DaemonConfig, create_app
 
 logger = logging.getLogger(__name__)
@@ -44,7 +44,7 @@ def batch_policy_from_args(args: argparse.Namespace) -> BatchPolicy:
 
 def hardening_fields(args: argparse.Namespace) -> dict[str, Any]:
     """DaemonConfig fields of the hardening flags (docs/security.md); absent flags keep the defaults."""
-    from streamer.provenance import check_label
+    from streamer.outputs.provenance import check_label
     from web.auth import TOKEN_ENV
 
     defaults = DaemonConfig()
@@ -87,7 +87,13 @@ def default_source_path(source: str | None) -> Path | None:
 def load_pipeline_binding(args: argparse.Namespace) -> PipelineBinding:
     """Load the real pipeline (blocking, seconds) and bind its job type and settings rules."""
     from models.model_files import resolve_models_dir
-    from streamer.frame_pipeline import FrameJob, FramePipeline, PipelineConfig, SwapSettings, settings_with
+    from streamer.pipeline.frame_pipeline import (
+        FrameJob,
+        FramePipeline,
+        PipelineConfig,
+        SwapSettings,
+        settings_with,
+    )
 
     config = PipelineConfig(
         execution_provider=args.execution_provider,

@@ -15,11 +15,11 @@ from aiortc import RTCSessionDescription
 from aiortc.exceptions import InternalError, InvalidAccessError, InvalidStateError, OperationError
 
 from gpu_ops.errors import InvalidInputError
-from streamer.face import Frame
-from streamer.image_input import ImageTooLargeError, UnsupportedImageError, decode_image
-from streamer.peer_session import PeerSession
-from streamer.session_registry import SessionLimitError, SessionRegistry
-from streamer.swap_engines.base import NoFaceError
+from models.face import Frame
+from streamer.pipeline.image_input import ImageTooLargeError, UnsupportedImageError, decode_image
+from streamer.pipeline.swap_engines.base import NoFaceError
+from streamer.realtime.peer_session import PeerSession
+from streamer.realtime.session_registry import SessionLimitError, SessionRegistry
 from web.app import CONFIG_KEY, ENGINE_KEY, METRICS_KEY
 from web.limits import check_upload_name
 

@@ -3,7 +3,7 @@ and `Location: /whep/{id}/{viewer_id}`; DELETE on that location ends that viewer
 
 Any session can be watched: a browser call, a WHIP stream, or `latest` (the newest live WHIP stream, so an
 OBS Browser Source URL survives OBS restarting its stream). Viewers get the session's swapped video and
-its received audio through the session's relay (streamer/session_outputs.py).
+its received audio through the session's relay (streamer/realtime/session_outputs.py).
 
 Trickle: PATCH bodies are applied like WHIP's (the answer already carries every server candidate).
 """
@@ -13,8 +13,8 @@ import logging
 from aiohttp import web
 from aiortc import RTCIceCandidate
 
-from streamer.peer_session import PeerSession
-from streamer.session_outputs import ViewerLimitError
+from streamer.realtime.peer_session import PeerSession
+from streamer.realtime.session_outputs import ViewerLimitError
 from web.signaling import error_response, ready_registry
 from web.whip import (
     BAD_OFFER_ERRORS,

@@ -25,11 +25,11 @@ from aiortc.exceptions import InternalError, InvalidAccessError, InvalidStateErr
 from aiortc.sdp import SessionDescription, candidate_from_sdp
 
 from gpu_ops.errors import InvalidInputError
-from streamer.face import Frame
-from streamer.image_input import decode_image
-from streamer.peer_session import PeerSession
-from streamer.session_registry import SessionLimitError, SessionRegistry
-from streamer.swap_engines.base import NoFaceError
+from models.face import Frame
+from streamer.pipeline.image_input import decode_image
+from streamer.pipeline.swap_engines.base import NoFaceError
+from streamer.realtime.peer_session import PeerSession
+from streamer.realtime.session_registry import SessionLimitError, SessionRegistry
 from web.app import CONFIG_KEY
 from web.signaling import error_response, ready_registry
 

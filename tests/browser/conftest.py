@@ -21,7 +21,7 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.remote.webdriver import WebDriver
 
 from gpu_ops.errors import LivefuseError
-from streamer.daemon_process import DaemonProcess
+from streamer.bench.daemon_process import DaemonProcess
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")

@@ -14,7 +14,7 @@ import pytest
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
-from streamer.frame_stamp import STAMP_HEIGHT, STAMP_WIDTH, read_stamp, write_stamp
+from streamer.outputs.frame_stamp import STAMP_HEIGHT, STAMP_WIDTH, read_stamp, write_stamp
 from tests.browser.conftest import CAMERA_FACE_BOX, http_json, start_chromium
 
 pytestmark = pytest.mark.browser

@@ -17,7 +17,7 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
 
 from gpu_ops.errors import LivefuseError
-from streamer.daemon_process import DaemonProcess
+from streamer.bench.daemon_process import DaemonProcess
 from tests.browser.conftest import DAEMON_READY_TIMEOUT_S
 
 pytestmark = pytest.mark.browser

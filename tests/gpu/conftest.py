@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from gpu_ops.backend import require_cupy
-from streamer.compute_backend import ComputeBackend, choose_backend
+from streamer.pipeline.compute_backend import ComputeBackend, choose_backend
 
 _AUTO = choose_backend("auto")
 FRAME_BYTES = 1280 * 720 * 3 // 2  # a 720p I420 frame

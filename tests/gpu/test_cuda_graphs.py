@@ -10,7 +10,7 @@ import pytest
 from gpu_ops.backend import require_cupy
 from models.inference import InferenceConfig, create_session
 from models.registry import get_spec
-from streamer.synthetic_swapper import build_synthetic_swapper
+from streamer.bench.synthetic_swapper import build_synthetic_swapper
 
 pytestmark = pytest.mark.gpu
 

@@ -9,10 +9,14 @@ import numpy as np
 import pytest
 
 from run_stream import build_parser
-from streamer.bench_frames import SOURCE_PHOTO, TARGET_PHOTO, panning_face_frames
-from streamer.frame_conversion import DeviceFrameConversion, HostFrameConversion, choose_frame_conversion
-from streamer.image_input import read_image_file
-from streamer.pipeline_binding import PipelineBinding
+from streamer.bench.frames import SOURCE_PHOTO, TARGET_PHOTO, panning_face_frames
+from streamer.pipeline.image_input import read_image_file
+from streamer.realtime.frame_conversion import (
+    DeviceFrameConversion,
+    HostFrameConversion,
+    choose_frame_conversion,
+)
+from streamer.realtime.pipeline_binding import PipelineBinding
 from tests.gpu.conftest import TransferSpy
 from tests.integration.daemon_harness import frames_through_worker
 from web.serve import load_pipeline_binding

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from gpu_ops.colorspace import i420_to_rgb
-from streamer.compute_backend import ComputeBackend
-from streamer.device_frames import CupyTransfers, DeviceFrames, I420Planes
-from streamer.gpu_bench import FramePath, load_swapper, synthetic_i420
-from streamer.synthetic_swapper import build_synthetic_swapper
+from streamer.bench.gpu_bench import FramePath, load_swapper, synthetic_i420
+from streamer.bench.synthetic_swapper import build_synthetic_swapper
+from streamer.pipeline.compute_backend import ComputeBackend
+from streamer.realtime.device_frames import CupyTransfers, DeviceFrames, I420Planes
 from tests.gpu.conftest import TransferSpy
 
 pytestmark = pytest.mark.gpu

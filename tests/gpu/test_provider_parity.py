@@ -11,8 +11,8 @@ from numpy.typing import NDArray
 from models.inference import create_session
 from models.model_files import ModelStore
 from models.registry import get_spec
-from streamer.compute_backend import ComputeBackend
-from streamer.synthetic_swapper import build_synthetic_swapper
+from streamer.bench.synthetic_swapper import build_synthetic_swapper
+from streamer.pipeline.compute_backend import ComputeBackend
 from tests.synthetic_models import build_arcface, build_gfpgan, build_inswapper
 
 pytestmark = pytest.mark.gpu

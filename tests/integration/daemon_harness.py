@@ -15,10 +15,10 @@ import numpy as np
 from aiohttp import web
 from av import VideoFrame
 
-from streamer.batch_worker import BatchWorker, InboundFrame, WorkerLane
-from streamer.face import Frame
-from streamer.frame_conversion import FrameConversion
-from streamer.pipeline_binding import PipelineBinding
+from models.face import Frame
+from streamer.realtime.batch_worker import BatchWorker, InboundFrame, WorkerLane
+from streamer.realtime.frame_conversion import FrameConversion
+from streamer.realtime.pipeline_binding import PipelineBinding
 from web.app import ENGINE_KEY, DaemonConfig, DaemonEngine, create_app
 
 LOOPBACK = "127.0.0.1"

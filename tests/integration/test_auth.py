@@ -12,12 +12,12 @@ import pytest
 from aiohttp import web
 from aiohttp.web_urldispatcher import StaticResource
 
+from streamer.bench.peer_client import PeerClient
 from tests.certificates import write_self_signed
 from tests.fakes_pipeline import fake_binding
 from tests.integration.daemon_harness import LOOPBACK, camera_frame, serving_app
 from web.app import DaemonConfig, create_app
 from web.auth import tls_context
-from web.peer_client import PeerClient
 from web.serve import hardening_fields
 
 TOKEN = "correct-horse-battery-staple"

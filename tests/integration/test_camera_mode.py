@@ -22,9 +22,9 @@ import pyvirtualcam
 from pyvirtualcam.util import encode_fourcc
 
 import run_stream
-from streamer import camera
-from streamer.camera_capture import CameraCapture, CameraDisconnectedError, CapturedFrame
-from streamer.face import Frame
+from models.face import Frame
+from streamer.outputs import camera
+from streamer.outputs.camera_capture import CameraCapture, CameraDisconnectedError, CapturedFrame
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CLIP_FRAMES = 30

@@ -9,9 +9,9 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from streamer.bench.peer_client import PeerClient
 from tests.fakes_pipeline import FakePipeline, fake_binding
 from tests.integration.daemon_harness import camera_frame, running_daemon
-from web.peer_client import PeerClient
 
 FPS = 30.0
 FRAME_MS = 1000.0 / FPS

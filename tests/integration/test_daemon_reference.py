@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from run_stream import build_parser
-from streamer.frame_stamp import STAMP_HEIGHT
+from streamer.bench.peer_client import PeerClient
+from streamer.outputs.frame_stamp import STAMP_HEIGHT
 from tests.integration.daemon_harness import camera_frame, running_daemon
-from web.peer_client import PeerClient
 from web.serve import load_pipeline_binding
 
 

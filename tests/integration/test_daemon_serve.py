@@ -11,9 +11,9 @@ from pathlib import Path
 import aiohttp
 import numpy as np
 
-from streamer.frame_stamp import STAMP_HEIGHT
+from streamer.bench.peer_client import PeerClient
+from streamer.outputs.frame_stamp import STAMP_HEIGHT
 from tests.integration.daemon_harness import camera_frame
-from web.peer_client import PeerClient
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

@@ -6,10 +6,10 @@ from pathlib import Path
 import numpy as np
 from aiortc.mediastreams import AudioStreamTrack
 
-from streamer.frame_stamp import STAMP_HEIGHT
+from streamer.bench.peer_client import PeerClient
+from streamer.outputs.frame_stamp import STAMP_HEIGHT
 from tests.fakes_pipeline import FakePipeline, face_box, fake_binding, source_colour
 from tests.integration.daemon_harness import camera_frame, decoded_photo, running_daemon
-from web.peer_client import PeerClient
 
 SOURCES = ("fr_biden2.jpg", "fr_alex_lacamoire1.jpg", "fr_lin_manuel_miranda.png", "fr_obama2.jpg")
 

@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 
 from run_stream import build_parser
-from streamer.device_frames import HostTransfers
-from streamer.frame_conversion import DeviceFrameConversion, HostFrameConversion
-from streamer.frame_stamp import STAMP_HEIGHT
-from streamer.pipeline_binding import PipelineBinding
+from streamer.bench.peer_client import PeerClient
+from streamer.outputs.frame_stamp import STAMP_HEIGHT
+from streamer.realtime.device_frames import HostTransfers
+from streamer.realtime.frame_conversion import DeviceFrameConversion, HostFrameConversion
+from streamer.realtime.pipeline_binding import PipelineBinding
 from tests.integration.daemon_harness import (
     LOOPBACK,
     camera_frame,
@@ -23,7 +24,6 @@ from tests.integration.daemon_harness import (
     running_daemon,
 )
 from web.app import DaemonConfig
-from web.peer_client import PeerClient
 from web.serve import load_pipeline_binding
 
 CLIP_FRAMES = 10

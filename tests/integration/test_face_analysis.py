@@ -9,12 +9,12 @@ import pytest
 from models import detector as detector_module
 from models.detector import Detector, fit_input_size
 from models.embedder import Embedder, identity_distance
+from models.face import Frame
 from models.inference import InferenceConfig
 from models.landmarks import Landmarker
 from models.model_files import ModelStore
-from streamer.face import Frame
-from streamer.face_selector import select_faces
-from streamer.face_tracker import FaceTracker, analyse_image, box_iou, landmarks_5_from_mesh
+from streamer.pipeline.face_selector import select_faces
+from streamer.pipeline.face_tracker import FaceTracker, analyse_image, box_iou, landmarks_5_from_mesh
 
 DETECTORS = ("yunet_n", "scrfd_500m", "retinaface_mnet025")
 # fr_obama.jpg face box per detector (MANIFEST; RetinaFace measured here)

@@ -21,10 +21,17 @@ import pytest
 from aiortc import RTCPeerConnection
 from aiortc.mediastreams import AudioStreamTrack
 
-from streamer.batch_worker import MAX_LANE_FAILURES, BatchWorker, InboundFrame, WorkerLane, is_out_of_memory
-from streamer.micro_batcher import BatchPolicy
-from streamer.peer_session import PeerSession
-from streamer.session_registry import SessionRegistry
+from streamer.bench.peer_client import PeerClient
+from streamer.realtime.batch_worker import (
+    MAX_LANE_FAILURES,
+    BatchWorker,
+    InboundFrame,
+    WorkerLane,
+    is_out_of_memory,
+)
+from streamer.realtime.micro_batcher import BatchPolicy
+from streamer.realtime.peer_session import PeerSession
+from streamer.realtime.session_registry import SessionRegistry
 from tests.fakes_pipeline import (
     FakeFrameJob,
     FakePipeline,
@@ -42,7 +49,6 @@ from tests.integration.daemon_harness import (
     serving_app,
 )
 from web.app import ENGINE_KEY, DaemonConfig, create_app
-from web.peer_client import PeerClient
 from web.serve import drain_sessions
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -136,7 +142,7 @@ async def test_one_sessions_failing_pipeline_step_ends_only_that_session(media_d
 VANISHING_CLIENT = """
 import asyncio, sys
 import numpy as np
-from web.peer_client import PeerClient
+from streamer.bench.peer_client import PeerClient
 
 async def main(url: str) -> None:
     frame = np.random.default_rng(0).integers(0, 255, (480, 640, 3), dtype=np.uint8)
@@ -263,7 +269,7 @@ async def test_out_of_memory_halves_the_batch_bucket_and_every_frame_is_still_sw
     lanes = [WorkerLane(f"s{i}", FakeStreamState(), FakeSwapSettings(), delivered[i]) for i in range(4)]
     for lane in lanes:
         lane.source = FakeSource((250, 10, 10))
-    with caplog.at_level(logging.WARNING, logger="streamer.batch_worker"):
+    with caplog.at_level(logging.WARNING, logger="streamer.realtime.batch_worker"):
         for lane in lanes:
             lane.mailbox.put(_frame(0))  # all four wait before the worker starts: one batch of 4
             worker.attach(lane)

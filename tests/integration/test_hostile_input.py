@@ -11,12 +11,12 @@ import aiohttp
 import cv2
 import numpy as np
 
-from streamer.frame_pipeline import SwapSettings, settings_with
-from streamer.pipeline_binding import PipelineBinding
+from streamer.bench.peer_client import PeerClient
+from streamer.pipeline.frame_pipeline import SwapSettings, settings_with
+from streamer.realtime.pipeline_binding import PipelineBinding
 from tests.fakes_pipeline import FakeFrameJob, FakePipeline, face_box, source_colour
 from tests.integration.daemon_harness import LOOPBACK, camera_frame, decoded_photo, running_daemon
 from web.app import DaemonConfig
-from web.peer_client import PeerClient
 
 MAX_UPLOAD_BYTES = 2 * 1024 * 1024
 OFFER_HEAD = "v=0\r\no=- 4611731400430051336 2 IN IP4 127.0.0.1\r\ns=-\r\nt=0 0\r\n"
@@ -177,7 +177,7 @@ async def _fresh_offer() -> str:
     """A real browser-like offer (aiortc), so truncating it gives a plausible half SDP."""
     from aiortc import RTCPeerConnection
 
-    from streamer.ice_addresses import restrict_ice_addresses
+    from streamer.transport.ice_addresses import restrict_ice_addresses
 
     restrict_ice_addresses([LOOPBACK])
     pc = RTCPeerConnection()

@@ -18,14 +18,14 @@ from numpy.typing import NDArray
 
 from models.detector import Detector
 from models.embedder import Embedder, identity_distance
+from models.face import Frame, TrackedFace
 from models.inference import InferenceConfig
 from models.landmarks import Landmarker
 from models.model_files import ModelStore
 from models.registry import get_spec
-from streamer.face import Frame, TrackedFace
-from streamer.swap_engines.base import SwapOptions
-from streamer.swap_engines.mesh import MeshEngine
-from streamer.swap_engines.mesh_source import MeshSource
+from streamer.pipeline.swap_engines.base import SwapOptions
+from streamer.pipeline.swap_engines.mesh import MeshEngine
+from streamer.pipeline.swap_engines.mesh_source import MeshSource
 
 MAX_SIDE = 960  # photos are reduced to this (faces stay large; tests stay quick)
 

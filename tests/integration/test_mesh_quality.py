@@ -16,13 +16,13 @@ from numpy.typing import NDArray
 from gpu_ops.masks import fill_polygons_cpu
 from models import face_mesh_topology as topology
 from models.detector import Detector
+from models.face import Frame, TrackedFace
 from models.inference import InferenceConfig
 from models.landmarks import Landmarker
 from models.model_files import ModelStore
 from models.registry import get_spec
-from streamer.face import Frame, TrackedFace
-from streamer.swap_engines.base import NoFaceError, SwapOptions
-from streamer.swap_engines.mesh import MeshConfig, MeshEngine, paste_box
+from streamer.pipeline.swap_engines.base import NoFaceError, SwapOptions
+from streamer.pipeline.swap_engines.mesh import MeshConfig, MeshEngine, paste_box
 
 
 @pytest.fixture(scope="module")

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 import run_stream
-from streamer.bench_frames import SOURCE_PHOTO, TARGET_PHOTO, panning_face_frames
-from streamer.frame_pipeline import FrameJob, FramePipeline, PipelineConfig, SwapSettings
-from streamer.image_input import read_image_file
+from streamer.bench.frames import SOURCE_PHOTO, TARGET_PHOTO, panning_face_frames
+from streamer.pipeline.frame_pipeline import FrameJob, FramePipeline, PipelineConfig, SwapSettings
+from streamer.pipeline.image_input import read_image_file
 
 STREAMS = 3
 FRAMES = 5

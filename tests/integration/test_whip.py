@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from run_stream import build_parser
+from streamer.bench.whip_client import WhepViewer, WhipPublisher
 from tests.fakes_pipeline import face_box, fake_binding, source_colour
 from tests.integration.daemon_harness import camera_frame, decoded_photo, running_daemon
 from tests.integration.whip_harness import (
@@ -23,7 +24,6 @@ from tests.integration.whip_harness import (
 )
 from web.app import DaemonEngine
 from web.serve import load_pipeline_binding
-from web.whip_client import WhepViewer, WhipPublisher
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "whip-test-token-123"

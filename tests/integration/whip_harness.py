@@ -7,7 +7,7 @@ from pathlib import Path
 
 from aiortc import RTCPeerConnection
 
-from streamer.session_registry import SessionRegistry
+from streamer.realtime.session_registry import SessionRegistry
 from tests.integration.daemon_harness import LOOPBACK
 from web.app import DaemonConfig, DaemonEngine
 

@@ -1,6 +1,6 @@
 // Frame stamps: a 32-bit millisecond clock written into the top-left of each sent frame and read back
 // from the received one, so the page can measure glass-to-glass latency without any server help.
-// Mirrors streamer/frame_stamp.py exactly: 32 blocks of 16x16 px in one row at y 0..15, x = 16*i,
+// Mirrors streamer/outputs/frame_stamp.py exactly: 32 blocks of 16x16 px in one row at y 0..15, x = 16*i,
 // MSB first, white (255) = 1, black (0) = 0; a block is read by averaging its centre 8x8 (grey = mean
 // of R, G, B), threshold 128; a reading is rejected when any block average lies between 64 and 192.
 

@@ -7,9 +7,9 @@ import pytest
 
 from gpu_ops.errors import InvalidInputError
 from run_stream import build_parser
-from streamer.metrics import DaemonMetrics
-from streamer.micro_batcher import DEFAULT_MAX_WAIT_MS
-from streamer.pipeline_binding import PipelineBinding
+from streamer.realtime.metrics import DaemonMetrics
+from streamer.realtime.micro_batcher import DEFAULT_MAX_WAIT_MS
+from streamer.realtime.pipeline_binding import PipelineBinding
 from tests.fakes_pipeline import fake_binding
 from web.app import DaemonConfig, DaemonEngine
 from web.serve import config_from_args

@@ -98,7 +98,7 @@ async def test_session_creation_writes_an_audit_line_with_the_token_id(
     client: TestClient,  # type: ignore[type-arg]
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    with caplog.at_level(logging.INFO, logger="streamer.provenance"):
+    with caplog.at_level(logging.INFO, logger="streamer.outputs.provenance"):
         async with client.post("/api/sessions", headers={"Authorization": f"Bearer {TOKEN}"}) as response:
             assert response.status == 201
     (entry,) = [record for record in caplog.records if getattr(record, "event", None) == "audit"]

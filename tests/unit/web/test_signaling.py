@@ -10,7 +10,7 @@ from aiohttp import FormData
 from aiohttp.test_utils import TestClient, TestServer
 from aiortc import RTCPeerConnection
 
-from streamer.ice_addresses import restrict_ice_addresses
+from streamer.transport.ice_addresses import restrict_ice_addresses
 from tests.fakes_pipeline import fake_binding
 from web.app import ENGINE_KEY, DaemonConfig, create_app
 

@@ -2,8 +2,8 @@
 
 import pytest
 
+from streamer.bench.whip_client import strip_candidates
 from web.whip import WhipState, parse_sdp_offer, parse_trickle_fragment
-from web.whip_client import strip_candidates
 
 OFFER = (
     "v=0\r\no=- 1 1 IN IP4 0.0.0.0\r\ns=-\r\nt=0 0\r\na=group:BUNDLE 0\r\n"

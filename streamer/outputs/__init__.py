@@ -1,0 +1,1 @@
+"""What leaves the pipeline besides a WebRTC track: files, the local camera, the virtual camera, labels."""

@@ -1,0 +1,393 @@
+"""The per-frame pipeline every front end shares: track faces, select, swap with the chosen engine.
+
+Models are loaded once (`FramePipeline.load`) and owned here; the daemon's worker thread, the `swap`
+command and the benchmarks all call `process_batch`. Per-stream state (face tracks, smoothing) lives in a
+`StreamState` so one pipeline serves many streams. Not thread-safe: one worker thread calls it.
+"""
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Literal, get_args
+
+import numpy as np
+from numpy.typing import NDArray
+
+from models.detector import Detections, Detector, InputSize
+from models.embedder import Embedder, identity_distance
+from models.face import Frame, TrackedFace
+from models.landmarks import Landmarker
+from models.model_files import ModelStore, tensorrt_cache_dir
+from streamer.pipeline.compute_backend import BackendRequest, ComputeBackend, choose_backend
+from streamer.pipeline.face_selector import select_faces
+from streamer.pipeline.face_tracker import FaceTracker, analyse_image
+from streamer.pipeline.stage_timer import StageTimer
+from streamer.pipeline.swap_engines.base import (
+    ENGINE_NAMES,
+    EngineName,
+    EngineUnavailableError,
+    NoFaceError,
+    SourceFace,
+    SwapEngine,
+    SwapOptions,
+)
+from streamer.pipeline.swap_engines.inswapper import InswapperEngine
+from streamer.pipeline.swap_engines.mesh import MeshEngine
+
+logger = logging.getLogger(__name__)
+
+EngineChoice = Literal["auto", "mesh", "inswapper"]
+FaceSelectorMode = Literal["many", "one", "reference"]
+ENGINE_CHOICES: tuple[EngineChoice, ...] = get_args(EngineChoice)
+FACE_SELECTOR_MODES: tuple[FaceSelectorMode, ...] = get_args(FaceSelectorMode)
+
+REFERENCE_EMBEDDER = "dlib_resnet_128"
+Embedding = NDArray[np.float32]
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    """What to load. `engine` is the default for streams whose settings say "auto"."""
+
+    execution_provider: BackendRequest = "auto"
+    device_id: int = 0
+    detector: str = "yunet_n"
+    landmarker: str = "facemesh_468"
+    engine: EngineChoice = "auto"
+    swapper_model: str = "inswapper_128"
+    enhancer_model: str = "gfpgan_1.4"
+    detect_every: int = 2
+    detection_width: int = 320
+    intra_op_threads: int = 0
+
+
+@dataclass(frozen=True)
+class SwapSettings:
+    """Per-stream choices; a new value applies from the next frame."""
+
+    engine: EngineChoice = "auto"
+    face_selector: FaceSelectorMode = "many"
+    reference_distance: float = 0.6
+    enhancer: bool = False
+    swap_enabled: bool = True
+    mouth_mask: bool = True
+
+
+@dataclass(frozen=True)
+class SourceIdentity:
+    """A source photo analysed for every loaded engine, so switching engines costs nothing per frame."""
+
+    per_engine: dict[str, SourceFace]
+
+
+@dataclass
+class StreamState:
+    """Tracking state of one video stream; only the worker thread touches it."""
+
+    tracker: FaceTracker
+    reference_embedding: Embedding | None = None
+    frames: int = 0
+
+
+@dataclass(frozen=True)
+class FrameJob:
+    frame: Frame
+    stream: StreamState
+    source: SourceIdentity | None
+    settings: SwapSettings
+
+
+class FramePipeline:
+    """Owns the sessions and engines; see module docstring."""
+
+    def __init__(
+        self,
+        config: PipelineConfig,
+        detector: Detector,
+        landmarker: Landmarker,
+        engines: dict[str, SwapEngine],
+        reference_embedder: Embedder | None,
+        providers: dict[str, str],
+        backend: ComputeBackend | None = None,
+    ) -> None:
+        self.config = config
+        self.detector = detector
+        self.landmarker = landmarker
+        self.engines = engines
+        self.reference_embedder = reference_embedder
+        self.providers = providers
+        self.backend = backend
+        self.default_engine: EngineName = _default_engine(config.engine, engines)
+        self.timer = StageTimer()
+
+    @classmethod
+    def load(cls, models_dir: Path, config: PipelineConfig) -> "FramePipeline":
+        """Verify and load every model the config needs (seconds); raise a LivefuseError naming the fix."""
+        store = ModelStore(models_dir)
+        backend = choose_backend(config.execution_provider, device_id=config.device_id)
+        inference = backend.inference_config(
+            intra_op_threads=config.intra_op_threads, tensorrt_cache_dir=str(tensorrt_cache_dir())
+        )
+        providers: dict[str, str] = {}
+
+        def session(name: str):  # type: ignore[no-untyped-def]
+            created = store.session(name, inference)
+            providers[name] = created.get_providers()[0]
+            return created
+
+        detector = Detector(session(config.detector), store.spec(config.detector))
+        landmarker_session = store.batched_session(config.landmarker, inference)  # all streams' faces at once
+        providers[config.landmarker] = landmarker_session.get_providers()[0]
+        landmarker = Landmarker(landmarker_session, store.spec(config.landmarker))
+        engines: dict[str, SwapEngine] = {"mesh": MeshEngine(detector, landmarker)}
+        inswapper_models = InswapperEngine.required_models(config.swapper_model)
+        missing = [name for name in inswapper_models if not store.is_available(name)]
+        if not missing:
+            engines["inswapper"] = InswapperEngine.from_store(store, inference, detector, config)
+        elif config.engine == "inswapper":
+            # asked for explicitly: let the store raise its precise "missing/wrong hash, fetch it" error
+            for name in missing:
+                store.path(name)
+        else:
+            logger.info("inswapper engine unavailable (%s not present or not verified)", ", ".join(missing))
+        reference_embedder = None
+        if store.is_available(REFERENCE_EMBEDDER):
+            reference_embedder = Embedder(session(REFERENCE_EMBEDDER), store.spec(REFERENCE_EMBEDDER))
+        pipeline = cls(config, detector, landmarker, engines, reference_embedder, providers, backend)
+        logger.info(
+            "pipeline ready: engines %s, default %s (%s), providers %s",
+            sorted(engines),
+            pipeline.default_engine,
+            "asked for" if config.engine != "auto" else "auto: inswapper when its files verify, else mesh",
+            providers,
+        )
+        return pipeline
+
+    def engine_for(self, settings: SwapSettings) -> SwapEngine:
+        name = self.default_engine if settings.engine == "auto" else settings.engine
+        engine = self.engines.get(name)
+        if engine is None:
+            raise EngineUnavailableError(f"engine {name!r} is not loaded (available: {sorted(self.engines)})")
+        return engine
+
+    def prepare_source(self, image: Frame, settings: SwapSettings | None = None) -> SourceIdentity:
+        """Analyse a source photo for every loaded engine, so switching engines later costs nothing.
+
+        An engine may refuse a photo another accepts (mesh refuses heads turned past 30 degrees); only
+        the refusal of the engine these settings use, or of all engines, is an error (NoFaceError).
+        """
+        wanted = self.engine_for(settings or SwapSettings()).name
+        per_engine: dict[str, SourceFace] = {}
+        refusals: dict[str, NoFaceError] = {}
+        for name, engine in self.engines.items():
+            try:
+                per_engine[name] = engine.prepare_source(image)
+            except NoFaceError as refusal:
+                refusals[name] = refusal
+        if wanted in refusals:
+            raise refusals[wanted]
+        for name, reason in refusals.items():
+            logger.info("source not usable with the %s engine: %s", name, reason)
+        return SourceIdentity(per_engine)
+
+    def reference_embedding(self, image: Frame) -> Embedding:
+        """Identity of the largest face of a reference photo, for `face_selector="reference"`."""
+        if self.reference_embedder is None:
+            raise NoFaceError(f"reference face selection needs the {REFERENCE_EMBEDDER} model")
+        faces = analyse_image(self.detector, None, image)
+        if not faces:
+            raise NoFaceError("the reference image has no face")
+        largest = max(faces, key=lambda face: face.area)
+        return self.reference_embedder.embed(image, largest.landmarks_5[None])[0]
+
+    def set_reference(self, stream: StreamState, image: Frame | None) -> None:
+        """Give one stream its reference face (None clears it); worker thread only, like every stream call."""
+        stream.reference_embedding = None if image is None else self.reference_embedding(image)
+
+    def new_stream(
+        self, reference_embedding: Embedding | None = None, detect_every: int | None = None
+    ) -> StreamState:
+        """Tracking state for one stream; `detect_every=1` for stills (every call is a new picture)."""
+        tracker = FaceTracker(
+            self.detector,
+            self.landmarker,
+            detect_every=detect_every or self.config.detect_every,
+            detection_width=self.config.detection_width,
+        )
+        return StreamState(tracker=tracker, reference_embedding=reference_embedding)
+
+    def process_batch(self, jobs: Sequence[FrameJob]) -> list[Frame]:
+        """Swap every job's frame; a job without source or with swap off comes back as it went.
+
+        Faces are tracked per stream, then every engine runs once over all of its jobs' faces
+        (`swap_batch` when the engine has it), so N streams cost one swapper call, not N.
+        """
+        outputs: list[Frame] = [job.frame for job in jobs]
+        pending: dict[EngineName, list[tuple[int, list[TrackedFace]]]] = {}
+        started = time.perf_counter()
+        swapping: list[tuple[int, EngineName]] = []
+        for index, job in enumerate(jobs):
+            job.stream.frames += 1
+            if job.source is None or not job.settings.swap_enabled:
+                continue
+            engine_name = self.engine_for(job.settings).name
+            if engine_name in job.source.per_engine:  # else refused by this engine (logged when prepared)
+                swapping.append((index, engine_name))
+        tracked_faces = self._track_batched([jobs[index] for index, _ in swapping])
+        for (index, engine_name), faces in zip(swapping, tracked_faces):
+            selected = self._select(jobs[index].frame, faces, jobs[index])
+            if selected:
+                pending.setdefault(engine_name, []).append((index, selected))
+        tracked = time.perf_counter()
+        for engine_name, items in pending.items():
+            engine = self.engines[engine_name]
+            batch = [
+                (
+                    jobs[index].frame,
+                    faces,
+                    self._source_for(jobs[index], engine_name),
+                    self._options(jobs[index]),
+                )
+                for index, faces in items
+            ]
+            swap_batch = getattr(engine, "swap_batch", None)
+            swapped = swap_batch(batch) if swap_batch else [engine.swap(*item) for item in batch]
+            for (index, _), frame in zip(items, swapped):
+                outputs[index] = frame
+        finished = time.perf_counter()
+        if pending or any(job.source is not None and job.settings.swap_enabled for job in jobs):
+            self.timer.record("track", tracked - started)
+            self.timer.record("swap", finished - tracked)
+            self.timer.record("total", finished - started)
+        return outputs
+
+    def _track_batched(self, jobs: Sequence[FrameJob]) -> list[list[TrackedFace]]:
+        """Every job's tracked faces, with one detector run (per frame size) and one landmarker run for
+        all streams' faces instead of one of each per stream."""
+        detections = self._detect_batched(jobs)
+        steps = [
+            job.stream.tracker.begin(job.frame, detections=detected)
+            for job, detected in zip(jobs, detections)
+        ]
+        meshing = [step for step in steps if step.needs_mesh]
+        meshes = iter(
+            self.landmarker.detect_batch(
+                [step.frame for step in meshing],
+                [step.mesh_points for step in meshing],
+                [step.mesh_boxes for step in meshing],
+            )
+            if meshing
+            else []
+        )
+        return [
+            job.stream.tracker.finish(step, next(meshes) if step.needs_mesh else None)
+            for job, step in zip(jobs, steps)
+        ]
+
+    def _detect_batched(self, jobs: Sequence[FrameJob]) -> list[Detections | None]:
+        """Detections for the jobs whose tracker is due to detect, one detector run per frame size for
+        all of them (N streams cost one batched run, not N); None where the tracker will not detect or
+        runs alone (it then detects itself, as for a single stream)."""
+        groups: dict[tuple[tuple[int, ...], InputSize], list[int]] = {}
+        for position, job in enumerate(jobs):
+            tracker = job.stream.tracker
+            if tracker.detection_due():
+                key = (tuple(job.frame.shape), tracker.detection_input_size(job.frame))
+                groups.setdefault(key, []).append(position)
+        results: list[Detections | None] = [None] * len(jobs)
+        for (_, input_size), positions in groups.items():
+            if len(positions) < 2:
+                continue
+            found = self.detector.detect_batch(
+                [jobs[position].frame for position in positions], input_size=input_size
+            )
+            for position, detections in zip(positions, found):
+                results[position] = detections
+        return results
+
+    def process(self, job: FrameJob) -> Frame:
+        """One frame of one stream (the file and camera front ends)."""
+        return self.process_batch([job])[0]
+
+    @staticmethod
+    def _source_for(job: FrameJob, engine_name: EngineName) -> SourceFace:
+        assert job.source is not None
+        return job.source.per_engine[engine_name]
+
+    @staticmethod
+    def _options(job: FrameJob) -> SwapOptions:
+        return SwapOptions(mouth_mask=job.settings.mouth_mask, enhance=job.settings.enhancer)
+
+    def _select(self, frame: Frame, faces: list[TrackedFace], job: FrameJob) -> list[TrackedFace]:
+        mode = job.settings.face_selector
+        if mode != "reference":
+            return select_faces(faces, mode)
+        if job.stream.reference_embedding is None or self.reference_embedder is None or not faces:
+            return []
+        embeddings = self.reference_embedder.embed(frame, np.stack([face.landmarks_5 for face in faces]))
+        return select_faces(
+            faces,
+            "reference",
+            embeddings=embeddings,
+            reference_embedding=job.stream.reference_embedding,
+            reference_distance=job.settings.reference_distance,
+        )
+
+    @property
+    def stage_timers(self) -> list[StageTimer]:
+        """Every timer whose stages the daemon exports: the pipeline's and the engines' own."""
+        engine_timers = [getattr(engine, "timer", None) for engine in self.engines.values()]
+        return [self.timer, *(timer for timer in engine_timers if isinstance(timer, StageTimer))]
+
+    def describe(self) -> dict[str, str]:
+        return {
+            "engines": ",".join(sorted(self.engines)),
+            "default_engine": self.default_engine,
+            "detector": self.config.detector,
+            "landmarker": self.config.landmarker,
+            "execution_provider": self.config.execution_provider,
+            "active_provider": ",".join(sorted(set(self.providers.values()))),
+            "backend": self.backend.array_backend if self.backend else "numpy",
+            "backend_reason": self.backend.reason if self.backend else "",
+        }
+
+
+def _default_engine(choice: EngineChoice, engines: dict[str, SwapEngine]) -> EngineName:
+    if choice != "auto":
+        return choice
+    return "inswapper" if "inswapper" in engines else "mesh"
+
+
+def settings_with(settings: SwapSettings, **changes: object) -> SwapSettings:
+    """A copy with validated changes; ValueError names the bad field (the REST layer maps it to 400)."""
+    allowed = {
+        "engine": ENGINE_CHOICES,
+        "face_selector": FACE_SELECTOR_MODES,
+    }
+    for key, value in changes.items():
+        if key not in SwapSettings.__dataclass_fields__:
+            raise ValueError(f"unknown setting {key!r}")
+        if key in allowed and value not in allowed[key]:
+            raise ValueError(f"{key} must be one of {list(allowed[key])}, got {value!r}")
+        if key in ("enhancer", "swap_enabled", "mouth_mask") and not isinstance(value, bool):
+            raise ValueError(f"{key} must be true or false, got {value!r}")
+        if key == "reference_distance" and (
+            isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 4
+        ):
+            raise ValueError(f"reference_distance must be a number in (0, 4), got {value!r}")
+    return replace(settings, **changes)  # type: ignore[arg-type]
+
+
+__all__ = [
+    "ENGINE_NAMES",
+    "FrameJob",
+    "FramePipeline",
+    "PipelineConfig",
+    "SourceIdentity",
+    "StreamState",
+    "SwapSettings",
+    "identity_distance",
+    "settings_with",
+]

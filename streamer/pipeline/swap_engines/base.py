@@ -1,0 +1,50 @@
+"""The contract every swap engine meets, so the pipeline never branches on which engine runs."""
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal, Protocol, get_args
+
+from gpu_ops.errors import LivefuseError
+from models.face import Frame, TrackedFace
+
+EngineName = Literal["mesh", "inswapper"]
+ENGINE_NAMES: tuple[EngineName, ...] = get_args(EngineName)
+
+
+class NoFaceError(LivefuseError):
+    """The source image has no usable face."""
+
+    exit_code = 2
+
+
+class EngineUnavailableError(LivefuseError):
+    """The requested engine is not loaded (its model files are missing or did not verify)."""
+
+
+@dataclass(frozen=True)
+class SwapOptions:
+    """Per-stream switches an engine honours on every frame."""
+
+    mouth_mask: bool = True  # keep the target's inner mouth (and eyes for mesh) so speech shows
+    enhance: bool = False
+
+
+class SourceFace(Protocol):
+    """Engine-specific identity computed once per source change (texture + mesh, or a latent)."""
+
+    @property
+    def engine(self) -> EngineName: ...  # read-only, so frozen dataclasses satisfy the protocol
+
+
+class SwapEngine(Protocol):
+    name: EngineName
+
+    def prepare_source(self, image: Frame) -> SourceFace:
+        """Analyse a source photo once; raise NoFaceError when it has no face."""
+        ...
+
+    def swap(
+        self, frame: Frame, faces: Sequence[TrackedFace], source: SourceFace, options: SwapOptions
+    ) -> Frame:
+        """Swap every given face in `frame` to `source`; pixels outside the faces' paste boxes stay as they were."""
+        ...

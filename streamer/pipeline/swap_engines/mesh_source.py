@@ -1,0 +1,254 @@
+"""The mesh engine's source identity: a face texture crop, its mesh and its masks, computed once per source.
+
+Everything derivable from the source photo is done here so a frame costs one warp and one blend:
+- the texture is an eye-levelled crop of fixed size (faces of any photo size look alike to the warp);
+- masks live in that crop and travel with the texture through the warp (alpha channel): the face
+  outline with its top lowered below the hairline and feathered wider there, (optionally) the
+  target's eyes and inner mouth cut out so its gaze and speech show, and things in front of the face (a microphone, a hand: not skin
+  chroma) removed;
+- triangles the source shows edge-on or from behind (a turned head's far cheek) take their texture
+  from the mirrored triangle of the near side instead of smearing a few pixels over a large area.
+A source turned further than `max_source_yaw_degrees` is refused: mirroring cannot invent half a face.
+"""
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import cv2
+import numpy as np
+from numpy.typing import NDArray
+
+from gpu_ops.backend import require_cupy
+from gpu_ops.masks import feather_inside_cpu, feather_outside_cpu, fill_polygons_cpu, skin_mask_cpu
+from models import face_mesh_topology as topology
+from models.face import Frame
+from streamer.pipeline.swap_engines.base import NoFaceError
+
+logger = logging.getLogger(__name__)
+
+Points = NDArray[np.float32]
+TextureName = Literal["texture", "texture_features_cut", "lips_mask"]
+# the inner-mouth cut reaches this far past its outline in the texture, so the bilinear sample of a
+# target pixel inside the target's inner mouth never picks up alpha from outside the cut
+MIN_CUT_MARGIN_PX = 2.5  # 1 px of bilinear reach + 1 px of outline rasterisation, with room
+
+
+@dataclass(frozen=True)
+class MeshSourceConfig:
+    """How a source photo becomes a texture; fractions are of the face height (forehead top to chin)."""
+
+    texture_size: int = 384
+    face_height_in_texture: float = 0.6  # of texture_size
+    cull_back_faces: bool = True
+    facing_threshold: float = 0.0  # a triangle seen at a cos below this (from behind) is culled...
+    mirror_advantage: float = 0.3  # ...when its mirror image faces the camera this much better
+    skin_mask: bool = True
+    skin_distance: float = 4.0  # robust chroma sigmas from the face's own skin still counted as skin
+    forehead_drop: float = 0.25  # of the distance brow line -> top of the outline
+    edge_feather: float = 0.025
+    forehead_feather: float = 0.14
+    # target eyes kept: the eye opening fades to the target's over this width inwards from the lid line,
+    # so the gaze (iris, white) is the target's and the lids and lashes stay the source's
+    eye_feather: float = 0.015
+    max_source_yaw_degrees: float = 30.0  # beyond, the nose hides its far side: no fill looks right
+    # below this turn the far cheek is only foreshortened; mirroring there would paste the near side's
+    # sideburn and outline into the cheek (seen on a 14-degree source), so it is left alone
+    min_yaw_for_mirror_degrees: float = 18.0
+
+
+@dataclass(frozen=True)
+class MeshSource:
+    """A prepared source face. Textures are RGBA crops whose alpha is the paste mask."""
+
+    texture: NDArray[np.uint8]  # [S,S,4], alpha = the whole face (source eyes and mouth shown)
+    texture_features_cut: NDArray[np.uint8]  # [S,S,4], alpha cuts the eyes and inner mouth out
+    lips_mask: NDArray[np.uint8]  # [S,S] 0..255, the lips and their rim
+    mesh: Points  # [468,3] in texture px
+    src_triangles: Points  # [T,3,2] texture px per ALL_TRIANGLES row (mirrored where culled)
+    mouth_openness: float  # inner-lip gap / mouth width
+    yaw_degrees: float
+    mirrored_triangles: int
+    engine: Literal["mesh"] = "mesh"
+    _device_copies: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    def pixels_on_device(self, name: TextureName) -> Any:
+        """A texture or mask as a CuPy array, uploaded once per source: a source photo is prepared once
+        and then swapped onto every frame of the stream, so it lives on the device, not on the bus."""
+        copy = self._device_copies.get(name)
+        if copy is None:
+            copy = require_cupy().asarray(getattr(self, name))
+            self._device_copies[name] = copy
+        return copy
+
+
+def mouth_openness(mesh: Points) -> float:
+    """Inner-lip gap over mouth width: ~0 closed, ~0.3 talking, > 0.5 wide open."""
+    gap = float(np.linalg.norm(mesh[topology.UPPER_INNER_LIP, :2] - mesh[topology.LOWER_INNER_LIP, :2]))
+    width = float(np.linalg.norm(mesh[78, :2] - mesh[308, :2]))
+    return float(gap / max(width, 1e-3))
+
+
+def yaw_degrees(mesh: Points) -> float:
+    """Head turn from the 3-D line between the cheek outline points 234 and 454 (0 frontal)."""
+    delta = mesh[454] - mesh[234]
+    eye_axis = mesh[263, :2] - mesh[33, :2]
+    across = float(delta[:2] @ eye_axis / max(float(np.linalg.norm(eye_axis)), 1e-3))
+    return float(np.degrees(np.arctan2(float(delta[2]), across)))
+
+
+def facing(mesh: Points, triangles: NDArray[np.int32]) -> NDArray[np.float32]:
+    """cos of the angle between each triangle's normal and the view axis; < 0 means seen from behind."""
+    a, b, c = (mesh[triangles[:, k]].astype(np.float32) for k in range(3))
+    normal_length = np.linalg.norm(np.cross(b - a, c - a), axis=1)
+    return (topology.signed_areas(mesh, triangles) / np.maximum(normal_length, 1e-6)).astype(np.float32)
+
+
+def cull_to_mirror(mesh: Points, threshold: float, advantage: float) -> tuple[Points, int]:
+    """[T,3,2] source triangles for ALL_TRIANGLES, edge-on ones replaced by their mirror image."""
+    triangles = topology.ALL_TRIANGLES
+    src_triangles = mesh[triangles, :2].astype(np.float32)
+    own = facing(mesh, topology.TRIANGLES)
+    mirrored_rows = topology.MIRROR[topology.TRIANGLES]
+    mirrored = -facing(mesh, mirrored_rows)  # a mirrored triangle runs the other way round
+    use_mirror = (own < threshold) & (mirrored > own + advantage)
+    rows = np.flatnonzero(use_mirror)
+    src_triangles[rows] = mesh[mirrored_rows[rows], :2]
+    return src_triangles, int(rows.size)
+
+
+def texture_transform(mesh: Points, config: MeshSourceConfig) -> NDArray[np.float64]:
+    """Photo -> texture similarity: eye line level, face height fixed, face centred."""
+    eye_vector = mesh[list(topology.LEFT_EYE), :2].mean(0) - mesh[list(topology.RIGHT_EYE), :2].mean(0)
+    angle = float(np.degrees(np.arctan2(eye_vector[1], eye_vector[0])))
+    face_height = float(np.linalg.norm(mesh[topology.FOREHEAD_TOP, :2] - mesh[topology.CHIN_BOTTOM, :2]))
+    scale = config.face_height_in_texture * config.texture_size / max(face_height, 1.0)
+    centre = (mesh[:, :2].min(0) + mesh[:, :2].max(0)) / 2.0
+    matrix = cv2.getRotationMatrix2D((float(centre[0]), float(centre[1])), angle, scale)
+    matrix[:, 2] += config.texture_size / 2.0 - centre
+    return np.asarray(matrix, np.float64)
+
+
+def crop_texture(image: Frame, matrix: NDArray[np.float64], size: int) -> NDArray[np.uint8]:
+    """The texture crop; a large photo is area-reduced first so the crop is not aliased."""
+    scale = float(np.sqrt(abs(np.linalg.det(matrix[:, :2]))))
+    if scale < 0.7:
+        reduced_size = (max(1, round(image.shape[1] * scale)), max(1, round(image.shape[0] * scale)))
+        image = np.asarray(cv2.resize(image, reduced_size, interpolation=cv2.INTER_AREA), np.uint8)
+        matrix = matrix.copy()
+        matrix[:, :2] /= scale
+    crop = cv2.warpAffine(
+        image, matrix, (size, size), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE
+    )
+    return np.ascontiguousarray(crop, dtype=np.uint8)
+
+
+def lowered_outline(mesh: Points, drop: float) -> Points:
+    """The face-oval polygon with the part above the brows pulled down towards them (hairline margin)."""
+    outline = mesh[list(topology.FACE_OVAL), :2].astype(np.float32).copy()
+    brow_y = float(mesh[list(topology.RIGHT_EYEBROW) + list(topology.LEFT_EYEBROW), 1].mean())
+    above = outline[:, 1] < brow_y
+    outline[above, 1] += drop * (brow_y - outline[above, 1])
+    return outline
+
+
+def build_masks(
+    texture: NDArray[np.uint8], mesh: Points, config: MeshSourceConfig
+) -> tuple[NDArray[np.float32], NDArray[np.float32], NDArray[np.float32]]:
+    """(face alpha, eyes + inner-mouth cut, lips mask), float32 in texture space."""
+    size = (texture.shape[1], texture.shape[0])
+    face_height = float(np.linalg.norm(mesh[topology.FOREHEAD_TOP, :2] - mesh[topology.CHIN_BOTTOM, :2]))
+
+    def loop(indices: tuple[int, ...]) -> Points:
+        return mesh[list(indices), :2]
+
+    outline = lowered_outline(mesh, config.forehead_drop)
+    face_region = fill_polygons_cpu(size, [outline])
+    brow_y = float(mesh[list(topology.RIGHT_EYEBROW) + list(topology.LEFT_EYEBROW), 1].mean())
+    top_y = float(outline[:, 1].min())
+    rows = np.arange(size[1], dtype=np.float32)[:, None]
+    upness = np.clip((brow_y - rows) / max(brow_y - top_y, 1.0), 0.0, 1.0)
+    feather_px = face_height * (
+        config.edge_feather + (config.forehead_feather - config.edge_feather) * upness
+    )
+    face_alpha = feather_inside_cpu(face_region, np.broadcast_to(feather_px, (size[1], size[0])))
+
+    def hole(outline: tuple[int, ...], triangles: NDArray[np.int32]) -> list[Points]:
+        # the outline and the fill triangles: where a closed (folded) lid or lip line puts a hole
+        # triangle outside its outline, target pixels of that hole still land inside the cut
+        return [loop(outline)] + [mesh[triangle, :2] for triangle in triangles]
+
+    eyes = fill_polygons_cpu(
+        size,
+        hole(topology.RIGHT_EYE, topology.RIGHT_EYE_HOLE) + hole(topology.LEFT_EYE, topology.LEFT_EYE_HOLE),
+    )
+    eye_cut = feather_inside_cpu(eyes, config.eye_feather * face_height)
+    inner_mouth = fill_polygons_cpu(size, hole(topology.LIPS_INNER, topology.INNER_MOUTH_HOLE))
+    mouth_cut = feather_outside_cpu(
+        inner_mouth, max(0.008 * face_height, MIN_CUT_MARGIN_PX), 0.02 * face_height
+    )
+    lips = fill_polygons_cpu(size, [loop(topology.LIPS_OUTER)])
+    lips_mask = feather_outside_cpu(lips, 0.01 * face_height, 0.04 * face_height)
+
+    if config.skin_mask:
+        brows = fill_polygons_cpu(
+            size,
+            [
+                np.asarray(cv2.convexHull(loop(topology.RIGHT_EYEBROW)), np.float32),
+                np.asarray(cv2.convexHull(loop(topology.LEFT_EYEBROW)), np.float32),
+            ],
+        )
+        features = np.maximum.reduce([eyes, brows, lips, inner_mouth])
+        near_features = feather_outside_cpu(features, 0.01 * face_height, 0.01 * face_height)
+        interior = feather_inside_cpu(face_region, 0.06 * face_height) > 0.99
+        sample = interior & (feather_outside_cpu(features, 0.03 * face_height, 0.01 * face_height) < 0.01)
+        if sample.any():
+            skin = np.maximum(
+                skin_mask_cpu(texture, sample, max_distance=config.skin_distance), near_features
+            )
+            skin = cv2.morphologyEx(skin, cv2.MORPH_OPEN, np.ones((5, 5), np.uint8))
+            skin = cv2.GaussianBlur(skin, (0, 0), 0.012 * face_height)
+            face_alpha *= skin
+    return face_alpha, np.maximum(eye_cut, mouth_cut), lips_mask
+
+
+def _to_uint8(mask: NDArray[np.float32]) -> NDArray[np.uint8]:
+    return np.clip(mask * 255.0 + 0.5, 0, 255).astype(np.uint8)
+
+
+def build_mesh_source(image: Frame, mesh_in_image: Points, config: MeshSourceConfig) -> MeshSource:
+    """A MeshSource from a photo and its face's 468-point mesh (photo px)."""
+    yaw = yaw_degrees(mesh_in_image)
+    if abs(yaw) > config.max_source_yaw_degrees:
+        raise NoFaceError(
+            f"source face is turned {yaw:+.0f} degrees (limit {config.max_source_yaw_degrees:.0f}); "
+            "use a more frontal photo"
+        )
+    matrix = texture_transform(mesh_in_image, config)
+    texture = crop_texture(image, matrix, config.texture_size)
+    scale = float(np.sqrt(abs(np.linalg.det(matrix[:, :2]))))
+    mesh = np.empty_like(mesh_in_image, dtype=np.float32)
+    mesh[:, :2] = mesh_in_image[:, :2] @ matrix[:, :2].T.astype(np.float32) + matrix[:, 2].astype(np.float32)
+    mesh[:, 2] = mesh_in_image[:, 2] * scale
+    if config.cull_back_faces and abs(yaw) >= config.min_yaw_for_mirror_degrees:
+        src_triangles, mirrored = cull_to_mirror(mesh, config.facing_threshold, config.mirror_advantage)
+    else:
+        src_triangles, mirrored = mesh[topology.ALL_TRIANGLES, :2].astype(np.float32), 0
+    face_alpha, features_cut, lips_mask = build_masks(texture, mesh, config)
+    source = MeshSource(
+        texture=np.dstack([texture, _to_uint8(face_alpha)]),
+        texture_features_cut=np.dstack([texture, _to_uint8(face_alpha * (1.0 - features_cut))]),
+        lips_mask=_to_uint8(lips_mask),
+        mesh=mesh,
+        src_triangles=np.ascontiguousarray(src_triangles),
+        mouth_openness=mouth_openness(mesh),
+        yaw_degrees=yaw,
+        mirrored_triangles=mirrored,
+    )
+    logger.info(
+        "mesh source prepared: yaw %+.0f deg, %d triangles mirrored, mouth openness %.2f",
+        yaw,
+        mirrored,
+        source.mouth_openness,
+    )
+    return source

@@ -1,0 +1,353 @@
+"""The ONE worker thread: runs the sessions' newest frames through the pipeline in batches, so nothing
+model-sized ever runs on the event loop (DESIGN.md section 2).
+
+Each session owns a `WorkerLane` (mailbox + tracking state + source + settings + a deliver callback).
+The worker moves every lane's newest frame from its mailbox (the thread-safe hand-off from the event
+loop) into a `MicroBatcher`, which decides when a batch closes and which sessions' frames it holds: at
+once when every session has a frame waiting or the largest bucket is full, else `max_wait_ms` after the
+first frame, round-robin when more sessions wait than fit. Other blocking pipeline calls (prepare_source,
+new_stream) go through `call()` and run between batches, so the pipeline, which is not thread-safe, is
+only ever touched by this thread.
+
+Faults stay with the session that caused them: a batch that raises is retried one frame at a time, so
+only the failing session's frame passes through; a session whose frames fail `MAX_LANE_FAILURES` times in
+a row is reported through `on_lane_failed` (the daemon ends it). A frame the decoder mangled is dropped.
+Out of GPU memory halves the batch bucket (`BatchPolicy`, shared with the batcher, so later batches are
+closed at the smaller size too) and the batch is run again in smaller pieces.
+"""
+
+import asyncio
+import concurrent.futures
+import functools
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import av
+from av import VideoFrame
+
+from streamer.outputs.provenance import check_label, draw_label
+from streamer.realtime.frame_conversion import FrameConversion, HostFrameConversion
+from streamer.realtime.mailbox import FrameMailbox
+from streamer.realtime.metrics import DaemonMetrics
+from streamer.realtime.micro_batcher import Batch, BatchPolicy, MicroBatcher
+from streamer.realtime.pipeline_binding import PipelineBinding, Settings, SourceHandle, StreamState
+
+logger = logging.getLogger(__name__)
+
+Result = TypeVar("Result")
+IDLE_WAIT_S = 0.25
+ERROR_LOG_INTERVAL_S = 5.0
+MAX_LANE_FAILURES = 15  # consecutive failed frames (half a second at 30 fps) before a session is ended
+DECODE_ERRORS = (ValueError, av.FFmpegError)  # what a mangled frame raises when converted
+OUT_OF_MEMORY_MESSAGES = ("failed to allocate memory", "out of memory")
+
+
+@dataclass(frozen=True)
+class InboundFrame:
+    """A decoded frame as it left the reader, and when (time.monotonic) it arrived."""
+
+    video_frame: VideoFrame
+    received_at: float
+
+
+Deliver = Callable[[InboundFrame, VideoFrame], None]  # called on the worker thread; must be thread-safe
+LaneFailed = Callable[[str, str], None]  # (session_id, reason), called on the worker thread
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    """CuPy's OutOfMemoryError, or ONNX Runtime's "Failed to allocate memory" RuntimeError."""
+    if type(error).__name__ == "OutOfMemoryError":
+        return True
+    message = str(error).lower()
+    return any(text in message for text in OUT_OF_MEMORY_MESSAGES)
+
+
+class WorkerLane:
+    """One session's seat at the worker. The loop replaces `source`/`settings` (atomic references)."""
+
+    def __init__(self, session_id: str, stream: StreamState, settings: Settings, deliver: Deliver) -> None:
+        self.session_id = session_id
+        self.stream = stream
+        self.settings = settings
+        self.source: SourceHandle | None = None
+        self.deliver = deliver
+        self.mailbox: FrameMailbox[InboundFrame] = FrameMailbox()
+        self.processing_ms: deque[float] = deque(maxlen=120)  # whole-batch time of this lane's frames
+        self.failures = 0  # consecutive frames that failed (worker thread only)
+        self.batcher_dropped = 0  # frames taken from the mailbox, then replaced in the batcher
+
+
+class BatchWorker:
+    """Owns the worker thread: `start()`, then `attach()` lanes; `close()` is idempotent and safe
+    before start, twice, and after the thread crashed (`error` then holds what killed it)."""
+
+    def __init__(
+        self,
+        binding: PipelineBinding,
+        metrics: DaemonMetrics | None = None,
+        *,
+        label: str | None = None,
+        policy: BatchPolicy | None = None,
+        on_lane_failed: LaneFailed | None = None,
+        conversion: FrameConversion | None = None,
+    ) -> None:
+        self._binding = binding
+        self.conversion: FrameConversion = conversion or HostFrameConversion()
+        self._forget: deque[str] = deque()  # sessions whose conversion state goes, between batches
+        self._metrics = metrics
+        ledger = getattr(self.conversion, "ledger", None)  # the device frame path counts its copies
+        if ledger is not None and metrics is not None:
+            ledger.add_listener(functools.partial(self._publish_bus_copies, metrics))
+        self._label = check_label(label) if label is not None else None
+        # owns the policy (see `policy`); locks itself, as attach/detach run on the event loop
+        self._batcher: MicroBatcher[tuple[WorkerLane, InboundFrame]] = MicroBatcher(policy)
+        self._on_lane_failed = on_lane_failed
+        self._lanes: dict[str, WorkerLane] = {}
+        self._lanes_lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._calls: deque[tuple[Callable[[], Any], concurrent.futures.Future[Any]]] = deque()
+        self._thread: threading.Thread | None = None
+        self._closed: asyncio.Future[None] | None = None
+        self._last_error_log = 0.0
+        self.error: BaseException | None = None
+        self.batches = 0
+
+    @property
+    def policy(self) -> BatchPolicy:
+        """The batch policy in force: the batcher's, so both shrink together after out-of-memory."""
+        return self._batcher.policy
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    @property
+    def lane_ids(self) -> list[str]:
+        """Sessions attached now (a closed session must not be among them)."""
+        with self._lanes_lock:
+            return list(self._lanes)
+
+    def start(self) -> None:
+        if self._thread is not None or self._closed is not None:
+            raise RuntimeError("BatchWorker.start() called twice or after close()")
+        self._thread = threading.Thread(target=self._run, name="livefuse-worker", daemon=True)
+        self._thread.start()
+
+    async def close(self) -> None:
+        if self._closed is not None:
+            await self._closed
+            return
+        self._closed = asyncio.get_running_loop().create_future()
+        try:
+            self._stopping.set()
+            self._wake.set()
+            if self._thread is not None:
+                await asyncio.to_thread(self._thread.join)
+            self._fail_pending_calls()
+        finally:
+            self._closed.set_result(None)
+
+    def attach(self, lane: WorkerLane) -> None:
+        with self._lanes_lock:
+            self._lanes[lane.session_id] = lane
+            self._batcher.attach(lane.session_id)
+        lane.mailbox.on_put = self._wake.set
+        self._wake.set()  # a frame put before attach must not wait for the idle timeout
+
+    def detach(self, lane: WorkerLane) -> None:
+        """After this returns no frame of the lane waits anywhere; a batch already running still
+        delivers its frame (the session ignores it once closed)."""
+        with self._lanes_lock:
+            self._lanes.pop(lane.session_id, None)
+            self._batcher.detach(lane.session_id)
+        lane.mailbox.clear()
+        self._forget.append(lane.session_id)  # its device buffers, once a batch holding its frame is done
+        self._wake.set()
+
+    async def call(self, function: Callable[[], Result]) -> Result:
+        """Run a blocking pipeline call on the worker thread, between batches."""
+        if not self.running or self._stopping.is_set():
+            raise RuntimeError("the worker is not running")
+        future: concurrent.futures.Future[Result] = concurrent.futures.Future()
+        self._calls.append((function, future))
+        self._wake.set()
+        return await asyncio.wrap_future(future)
+
+    def _fail_pending_calls(self) -> None:
+        while self._calls:
+            _, future = self._calls.popleft()
+            future.cancel()
+
+    def _run(self) -> None:
+        try:
+            with self.conversion.activate():  # the engine's CUDA stream for every kernel of this thread
+                self._loop()
+        except BaseException as error:  # a bug, not a per-frame failure: record it for the owner
+            self.error = error
+            logger.exception("worker thread crashed")
+        finally:
+            self._fail_pending_calls()
+
+    def _loop(self) -> None:
+        while not self._stopping.is_set():
+            self._wake.clear()  # before looking: a frame or call() arriving after this wakes us
+            while self._forget:
+                self.conversion.forget(self._forget.popleft())
+            self._run_calls()
+            self._submit_new_frames()
+            batch = self._batcher.poll()
+            if batch is not None:
+                self._run_batch(batch)
+                continue  # pending calls first, then what waited meanwhile
+            due_in = self._batcher.seconds_until_due()
+            self._wake.wait(IDLE_WAIT_S if due_in is None else min(due_in, IDLE_WAIT_S))
+
+    def _run_calls(self) -> None:
+        while self._calls and not self._stopping.is_set():
+            function, future = self._calls.popleft()
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(function())
+            except Exception as error:  # noqa: BLE001 - handed to the awaiting caller
+                future.set_exception(error)
+
+    def _submit_new_frames(self) -> None:
+        """Every lane's newest frame into the batcher; under the lanes lock, so a detached lane's frame
+        cannot slip in after `detach`. A frame it replaces was taken from the mailbox and never ran: a drop."""
+        with self._lanes_lock:
+            for lane in self._lanes.values():
+                item = lane.mailbox.take()
+                if item is None:
+                    continue
+                dropped_before = self._batcher.dropped
+                self._batcher.submit(lane.session_id, (lane, item))
+                if self._batcher.dropped == dropped_before:
+                    continue
+                lane.batcher_dropped += 1
+                if self._metrics is not None:
+                    self._metrics.frames_dropped.inc(session_id=lane.session_id)
+                    self._metrics.batcher_dropped.inc()
+
+    def _run_batch(self, batch: Batch[tuple[WorkerLane, InboundFrame]]) -> None:
+        taken = list(batch.items)
+        started = time.perf_counter()
+        converted_in = self._convert_in(taken)
+        jobs = [
+            self._binding.make_job(frame=rgb, stream=lane.stream, source=lane.source, settings=lane.settings)
+            for lane, _, rgb in converted_in
+        ]
+        converted = time.perf_counter()
+        outputs = self._process(jobs, [lane for lane, _, _ in converted_in])
+        processed = time.perf_counter()
+        for (lane, item, rgb), output in zip(converted_in, outputs):
+            if output is not None and self._label is not None:
+                output = output if getattr(output.flags, "writeable", True) else output.copy()
+                draw_label(output, self._label)  # after the swap: nothing the models do can hide it
+            if output is None or (output is rgb and self._label is None):
+                lane.deliver(item, item.video_frame)  # untouched: send the decoded frame as it came
+            else:
+                lane.deliver(item, self._convert_out(lane, item, output))
+            lane.processing_ms.append((processed - started) * 1000.0)
+        self.batches += 1
+        if self._metrics is not None:
+            finished = time.perf_counter()
+            self._metrics.stage_seconds.observe(converted - started, stage="convert_in")
+            self._metrics.stage_seconds.observe(processed - converted, stage="pipeline")
+            self._metrics.stage_seconds.observe(finished - processed, stage="convert_out")
+            self._metrics.batch_size.observe(len(taken))
+            self._metrics.batches.inc(reason=batch.reason)
+            for waited in batch.waited_s():
+                self._metrics.batch_wait_seconds.observe(waited)
+
+    @staticmethod
+    def _publish_bus_copies(metrics: DaemonMetrics, direction: str, nbytes: int) -> None:
+        metrics.bus_copies.inc(direction=direction)
+        metrics.bus_bytes.inc(nbytes, direction=direction)
+
+    def _convert_in(
+        self, taken: list[tuple[WorkerLane, InboundFrame]]
+    ) -> list[tuple[WorkerLane, InboundFrame, Any]]:
+        converted = []
+        for lane, item in taken:
+            try:
+                converted.append((lane, item, self.conversion.to_pipeline(lane.session_id, item.video_frame)))
+            except DECODE_ERRORS as error:  # a mangled frame: drop it, the session's next one may be fine
+                self._count_lane_failure(lane, error)
+        return converted
+
+    def _convert_out(self, lane: WorkerLane, item: InboundFrame, output: Any) -> VideoFrame:
+        try:
+            return self.conversion.to_video_frame(lane.session_id, output, item.video_frame)
+        except Exception as error:  # noqa: BLE001 - this session's frame goes out as it came in
+            self._count_lane_failure(lane, error)
+            return item.video_frame
+
+    def _process(self, jobs: list[Any], lanes: list[WorkerLane]) -> list[Any | None]:
+        """Each job's output, None where it failed (that frame passes through). Chunks of at most the
+        largest bucket; a failing chunk is retried job by job; out of memory halves the bucket first."""
+        outputs: list[Any | None] = [None] * len(jobs)
+        size = self.policy.largest
+        chunks = deque(
+            list(range(start, min(start + size, len(jobs)))) for start in range(0, len(jobs), size)
+        )
+        while chunks:
+            chunk = chunks.popleft()
+            try:
+                results = self._binding.pipeline.process_batch([jobs[index] for index in chunk])
+            except Exception as error:  # noqa: BLE001 - isolate it below; one bad frame must not end the streams
+                if is_out_of_memory(error) and self._halve_bucket(len(chunk), error):
+                    size = self.policy.largest
+                    pieces = [chunk[start : start + size] for start in range(0, len(chunk), size)]
+                    chunks.extendleft(reversed(pieces))
+                elif len(chunk) > 1:
+                    chunks.extendleft([index] for index in reversed(chunk))
+                elif is_out_of_memory(error):
+                    self._log_batch_error()  # already at batch 1: pass this frame through, keep going
+                else:
+                    self._count_lane_failure(lanes[chunk[0]], error)
+                continue
+            for index, result in zip(chunk, results):
+                outputs[index] = result
+                lanes[index].failures = 0
+        return outputs
+
+    def _halve_bucket(self, failed_size: int, error: BaseException) -> bool:
+        """Shrink the largest bucket to half the one that ran out of memory; False when already 1."""
+        bucket = self.policy.bucket_for(min(failed_size, self.policy.largest))
+        if bucket <= 1:
+            return False
+        new_largest = bucket // 2
+        buckets = tuple(size for size in self.policy.buckets if size <= new_largest) or (new_largest,)
+        self._batcher.policy = BatchPolicy(buckets=buckets, max_wait_ms=self.policy.max_wait_ms)
+        logger.warning(
+            "out of memory in a batch of %d (%s); largest batch is now %d",
+            failed_size,
+            error,
+            new_largest,
+            extra={"event": "oom_batch_halved", "batch_size": new_largest},
+        )
+        return True
+
+    def _count_lane_failure(self, lane: WorkerLane, error: BaseException) -> None:
+        lane.failures += 1
+        self._log_batch_error(lane.session_id)
+        if lane.failures == MAX_LANE_FAILURES and self._on_lane_failed is not None:
+            reason = f"{lane.failures} frames in a row failed: {type(error).__name__}: {error}"
+            self._on_lane_failed(lane.session_id, reason)
+
+    def _log_batch_error(self, session_id: str | None = None) -> None:
+        now = time.monotonic()
+        if now - self._last_error_log >= ERROR_LOG_INTERVAL_S:
+            self._last_error_log = now
+            logger.exception(
+                "session %s: frame failed; passed through",
+                session_id or "-",
+                extra={"event": "batch_error", "session_id": session_id},
+            )

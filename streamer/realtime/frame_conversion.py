@@ -1,0 +1,179 @@
+"""How the worker turns a decoded `av.VideoFrame` into the pipeline's RGB frame and back.
+
+Two ways, one interface, chosen once per daemon from the compute backend:
+
+- `HostFrameConversion` (CPU backend): libswscale to RGB and back, NumPy frames. The fastest CPU path.
+- `DeviceFrameConversion` (GPU backend): the decoded I420 planes are uploaded as they are (one pinned
+  staging buffer per session, one async copy, `streamer.realtime.device_frames`), converted to RGB by the colour
+  kernel, swapped by a pipeline that stays on the device, converted back to I420 on the device and
+  downloaded into a pinned ring with one copy. A frame crosses the bus exactly twice; the `BusLedger`
+  counts it. With `HostTransfers` the same code runs on the CPU mirrors (tests, `--frame-path device`).
+
+Frames the device path cannot take as planes (not yuv420p, odd sizes) are converted on the host and
+moved with one copy each way, counted too, so a strange stream costs speed, never correctness.
+"""
+
+import contextlib
+import logging
+from contextlib import AbstractContextManager
+from typing import Any, Literal, Protocol, get_args
+
+from av import VideoFrame
+
+from gpu_ops.backend import to_host
+from gpu_ops.colorspace import Colorspace, i420_to_rgb, rgb_to_i420
+from gpu_ops.errors import InvalidFrameError, InvalidInputError
+from streamer.pipeline.compute_backend import ComputeBackend
+from streamer.realtime.device_frames import (
+    BusLedger,
+    CupyTransfers,
+    DeviceFrames,
+    HostTransfers,
+    I420Planes,
+    Transfers,
+    planes_of_video_frame,
+)
+
+logger = logging.getLogger(__name__)
+
+FramePathChoice = Literal["auto", "host", "device"]
+FRAME_PATH_CHOICES: tuple[FramePathChoice, ...] = get_args(FramePathChoice)
+
+# av.VideoFrame.colorspace / color_range values (FFmpeg's AVColorSpace / AVColorRange)
+AV_COLORSPACE_BT709 = 1
+AV_COLOR_RANGE_FULL = 2  # AVCOL_RANGE_JPEG
+
+
+class FrameConversion(Protocol):
+    """Per-session conversions; called on the worker thread only."""
+
+    def to_pipeline(self, session_id: str, video_frame: VideoFrame) -> Any: ...
+
+    def to_video_frame(self, session_id: str, output: Any, like: VideoFrame) -> VideoFrame: ...
+
+    def forget(self, session_id: str) -> None: ...
+
+    def activate(self) -> AbstractContextManager[Any]:
+        """Entered once by the worker thread around all its work (the device's stream, if any)."""
+        ...
+
+    def describe(self) -> str: ...
+
+
+def _with_timing(output: VideoFrame, like: VideoFrame) -> VideoFrame:
+    output.pts = like.pts
+    if like.time_base is not None:  # a frame made from an array has none (PyAV refuses to set None)
+        output.time_base = like.time_base
+    return output
+
+
+def rgb_to_video_frame(rgb: Any, like: VideoFrame) -> VideoFrame:
+    """A host RGB frame back to yuv420p (what the encoders want) with the input's pts/time_base."""
+    return _with_timing(VideoFrame.from_ndarray(rgb, format="rgb24").reformat(format="yuv420p"), like)
+
+
+class HostFrameConversion:
+    """libswscale both ways; no per-session state."""
+
+    def to_pipeline(self, session_id: str, video_frame: VideoFrame) -> Any:
+        return video_frame.to_ndarray(format="rgb24")
+
+    def to_video_frame(self, session_id: str, output: Any, like: VideoFrame) -> VideoFrame:
+        return rgb_to_video_frame(output, like)
+
+    def forget(self, session_id: str) -> None:
+        return None
+
+    def activate(self) -> AbstractContextManager[Any]:
+        return contextlib.nullcontext()
+
+    def describe(self) -> str:
+        return "host"
+
+
+def colour_tags(video_frame: VideoFrame) -> tuple[Colorspace, bool]:
+    """The frame's matrix and range as the colour kernels name them; untagged means BT.601 limited
+    (DESIGN.md section 5: what browsers send)."""
+    colorspace: Colorspace = "bt709" if video_frame.colorspace == AV_COLORSPACE_BT709 else "bt601"
+    return colorspace, video_frame.color_range == AV_COLOR_RANGE_FULL
+
+
+class DeviceFrameConversion:
+    """Planes up, RGB on the device, I420 down; one `DeviceFrames` (pinned buffers) per session.
+
+    Output is BT.601 limited, like the host path's libswscale default, so a viewer sees the same
+    colours whichever path ran.
+    """
+
+    def __init__(self, transfers: Transfers, *, ledger: BusLedger | None = None) -> None:
+        self.transfers = transfers
+        self.ledger = ledger or BusLedger()
+        self._sessions: dict[str, DeviceFrames] = {}
+        self._warned_fallback = False
+
+    def to_pipeline(self, session_id: str, video_frame: VideoFrame) -> Any:
+        try:
+            planes = planes_of_video_frame(video_frame)
+            uploaded = self._frames_of(session_id).upload(planes)
+        except InvalidFrameError as reason:
+            return self._upload_rgb(video_frame, reason)
+        colorspace, full_range = colour_tags(video_frame)
+        return i420_to_rgb(*uploaded, colorspace=colorspace, full_range=full_range)
+
+    def to_video_frame(self, session_id: str, output: Any, like: VideoFrame) -> VideoFrame:
+        height, width = output.shape[:2]
+        if height % 2 or width % 2:
+            return self._download_rgb(output, like)
+        frames = self._frames_of(session_id)
+        slot = frames.download_packed(I420Planes(*rgb_to_i420(output)))
+        frames.finish()  # the encoder reads the slot next: the copy (and every kernel before it) is done
+        i420 = slot.reshape(height * 3 // 2, width)
+        return _with_timing(VideoFrame.from_ndarray(i420, format="yuv420p"), like)
+
+    def forget(self, session_id: str) -> None:
+        self._sessions.pop(session_id, None)
+
+    def activate(self) -> AbstractContextManager[Any]:
+        stream = getattr(self.transfers, "stream", None)  # CupyTransfers: kernels, copies and ORT share it
+        return contextlib.nullcontext() if stream is None else stream  # type: ignore[no-any-return]
+
+    def describe(self) -> str:
+        return f"device ({'cupy' if self.transfers.xp.__name__ == 'cupy' else 'numpy mirror'})"
+
+    def _frames_of(self, session_id: str) -> DeviceFrames:
+        frames = self._sessions.get(session_id)
+        if frames is None:
+            frames = DeviceFrames(self.transfers, ledger=self.ledger)
+            self._sessions[session_id] = frames
+        return frames
+
+    def _upload_rgb(self, video_frame: VideoFrame, reason: InvalidFrameError) -> Any:
+        if not self._warned_fallback:
+            self._warned_fallback = True
+            logger.warning("frames converted on the host before upload: %s", reason)
+        rgb = video_frame.to_ndarray(format="rgb24")
+        self.ledger.record_upload(rgb.nbytes)
+        return self.transfers.xp.asarray(rgb)
+
+    def _download_rgb(self, output: Any, like: VideoFrame) -> VideoFrame:
+        rgb = to_host(output)
+        self.ledger.record_download(rgb.nbytes)
+        return rgb_to_video_frame(rgb, like)
+
+
+def choose_frame_conversion(choice: FramePathChoice, backend: ComputeBackend | None) -> FrameConversion:
+    """`auto`: device when the backend is CuPy, else host. `device` on a CPU backend runs the device
+    path on its NumPy mirrors (slower than libswscale; for checking the GPU path's logic without one)."""
+    if choice not in FRAME_PATH_CHOICES:
+        raise InvalidInputError(f"frame path must be one of {list(FRAME_PATH_CHOICES)}, got {choice!r}")
+    on_gpu = backend is not None and backend.on_gpu
+    conversion: FrameConversion
+    if choice == "host" or (choice == "auto" and not on_gpu):
+        conversion = HostFrameConversion()
+    elif on_gpu:
+        assert backend is not None
+        conversion = DeviceFrameConversion(CupyTransfers(backend.stream))
+    else:
+        conversion = DeviceFrameConversion(HostTransfers())
+    logger.info("frame path: %s (asked for %s)", conversion.describe(), choice)
+    return conversion

@@ -1,0 +1,277 @@
+"""One WebRTC peer: its RTCPeerConnection, the reader task that feeds the worker, the outbound swapped
+track, its settings and source. Ends itself (through `on_ended`) on ICE failure, a closed connection or a
+peer that stopped sending for `idle_timeout_s`; its owner (the SessionRegistry) then calls `close()`.
+"""
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from aiortc import (
+    MediaStreamTrack,
+    RTCConfiguration,
+    RTCIceCandidate,
+    RTCPeerConnection,
+    RTCSessionDescription,
+)
+from aiortc.mediastreams import MediaStreamError
+from av import VideoFrame
+
+from models.face import Frame
+from streamer.realtime.batch_worker import BatchWorker, InboundFrame, WorkerLane
+from streamer.realtime.metrics import DaemonMetrics
+from streamer.realtime.pipeline_binding import PipelineBinding, Settings
+from streamer.realtime.session_outputs import SessionOutputs
+from streamer.realtime.swapped_track import SwappedTrack
+from streamer.transport.codec_tuning import prefer_codec
+
+logger = logging.getLogger(__name__)
+
+EndedCallback = Callable[[str, str], None]  # (session_id, reason)
+FIRST_FRAME_TIMEOUT_S = 15.0
+FPS_WINDOW_S = 2.0
+CLOSE_TIMEOUT_S = 5.0  # bound shutdown even if aiortc's close stalls
+
+
+@dataclass(frozen=True)
+class SourceInfo:
+    sha256: str
+    width: int
+    height: int
+
+
+def _rate(stamps: deque[float], now: float) -> float:
+    while stamps and now - stamps[0] > FPS_WINDOW_S:
+        stamps.popleft()
+    return round(len(stamps) / FPS_WINDOW_S, 1)
+
+
+class PeerSession:
+    """`accept_offer()` starts it; `close()` is idempotent and works before start and after a failure."""
+
+    def __init__(
+        self,
+        session_id: str,
+        worker: BatchWorker,
+        binding: PipelineBinding,
+        metrics: DaemonMetrics,
+        *,
+        idle_timeout_s: float = 5.0,
+        on_ended: EndedCallback | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self._worker = worker
+        self._binding = binding
+        self._metrics = metrics
+        self._idle_timeout_s = idle_timeout_s
+        self._on_ended = on_ended
+        self._loop = asyncio.get_running_loop()
+        self._pc: RTCPeerConnection | None = None
+        self._outbound = SwappedTrack(on_sent=self._on_sent)
+        self.outputs = SessionOutputs(session_id)  # WHEP viewers and the viewer page
+        self._sends_video = True
+        self._lane = WorkerLane(session_id, None, binding.default_settings, self._deliver_from_worker)
+        self._reader: asyncio.Task[None] | None = None
+        self._closed: asyncio.Future[None] | None = None
+        self._ended = False
+        self.source_info: SourceInfo | None = None
+        self.reference_sha256: str | None = None
+        self.frames_in = 0
+        self._in_stamps: deque[float] = deque()
+        self._out_stamps: deque[float] = deque()
+        self._extra = {"session_id": session_id}
+
+    @property
+    def settings(self) -> Settings:
+        return self._lane.settings
+
+    async def accept_offer(self, offer: RTCSessionDescription) -> RTCSessionDescription:
+        """Answer `offer` (after ICE gathering, so no trickle is needed); ValueError on a bad SDP."""
+        if self._pc is not None or self._closed is not None:
+            raise RuntimeError(f"session {self.session_id}: accept_offer() called twice or after close()")
+        started = time.perf_counter()
+        self._lane.stream = await self._worker.call(self._binding.pipeline.new_stream)
+        self._pc = pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
+        pc.on("connectionstatechange", self._on_connection_state)
+        pc.on("track", self._on_track)
+        # created before the offer is applied so it takes the offer's video m-line with our preferences
+        video = pc.addTransceiver(self._outbound, direction="sendrecv")
+        prefer_codec(video, "video/VP8")
+        await pc.setRemoteDescription(offer)
+        await pc.setLocalDescription(await pc.createAnswer())
+        # a WHIP publisher only sends: nothing reads the outbound track then (its viewers get the video)
+        self._sends_video = "send" in (video.currentDirection or "")
+        self._worker.attach(self._lane)
+        elapsed_ms = round((time.perf_counter() - started) * 1000.0, 1)
+        logger.info(
+            "session %s: answered in %.0f ms",
+            self.session_id,
+            elapsed_ms,
+            extra={**self._extra, "event": "answered", "latency_ms": elapsed_ms},
+        )
+        return pc.localDescription
+
+    async def add_ice_candidate(self, candidate: RTCIceCandidate | None) -> None:
+        """A trickled remote candidate (None: end of candidates); ignored before the offer or after close."""
+        if self._pc is not None and self._closed is None:
+            await self._pc.addIceCandidate(candidate)
+
+    def _on_track(self, track: MediaStreamTrack) -> None:
+        assert self._pc is not None
+        if track.kind == "audio":
+            self._pc.addTrack(self.outputs.attach_audio(track))  # the call's sound back, and to viewers
+        elif track.kind == "video" and self._reader is None:
+            self._reader = asyncio.create_task(self._read_video(track), name=f"reader-{self.session_id}")
+
+    def _on_connection_state(self) -> None:
+        if self._pc is None:
+            return
+        state = self._pc.connectionState
+        logger.info(
+            "session %s: connection %s", self.session_id, state, extra={**self._extra, "event": state}
+        )
+        if state in ("failed", "closed"):
+            self._end(f"connection {state}")
+
+    def _end(self, reason: str) -> None:
+        if self._ended or self._closed is not None:
+            return
+        self._ended = True
+        logger.info(
+            "session %s: ended (%s)", self.session_id, reason, extra={**self._extra, "event": "ended"}
+        )
+        if self._on_ended is not None:
+            self._on_ended(self.session_id, reason)
+
+    async def _read_video(self, track: MediaStreamTrack) -> None:
+        """Newest-frame reader: aiortc's receive queue is unbounded, so read it as fast as it fills."""
+        timeout = FIRST_FRAME_TIMEOUT_S
+        try:
+            while self._closed is None:
+                try:
+                    # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancel that races with
+                    # a frame arriving, and close() would then wait on this task forever
+                    async with asyncio.timeout(timeout):
+                        frame = await track.recv()
+                except TimeoutError:
+                    self._end(f"no video for {timeout:.0f} s")
+                    return
+                except MediaStreamError:
+                    self._end("remote video ended")
+                    return
+                timeout = self._idle_timeout_s
+                assert isinstance(frame, VideoFrame)
+                self._count_in()
+                item = InboundFrame(frame, time.monotonic())
+                lane = self._lane
+                if lane.source is None or not getattr(lane.settings, "swap_enabled", True):
+                    self._push_out(item, frame)  # passthrough: no trip through the worker
+                elif lane.mailbox.put(item):
+                    self._metrics.frames_dropped.inc(session_id=self.session_id)
+        except Exception:  # a reader bug ends this session only; logged with its id
+            logger.exception("session %s: reader failed", self.session_id, extra=self._extra)
+            self._end("reader failed")
+
+    def _count_in(self) -> None:
+        self.frames_in += 1
+        self._in_stamps.append(time.monotonic())
+        self._metrics.frames_in.inc(session_id=self.session_id)
+
+    def _deliver_from_worker(self, item: InboundFrame, output: VideoFrame) -> None:
+        try:
+            self._loop.call_soon_threadsafe(self._push_out, item, output)
+        except RuntimeError:  # loop already closed during shutdown: nothing left to send to
+            pass
+
+    def _push_out(self, item: InboundFrame, output: VideoFrame) -> None:
+        if self._closed is not None:
+            return
+        self.outputs.push_video(output)
+        if self._sends_video and not self._outbound.push(output):
+            self._metrics.frames_dropped.inc(session_id=self.session_id)
+        self._metrics.server_latency_seconds.observe(time.monotonic() - item.received_at)
+
+    def _on_sent(self, frame: VideoFrame) -> None:
+        self._out_stamps.append(time.monotonic())
+        self._metrics.frames_out.inc(session_id=self.session_id)
+
+    async def set_source(self, image: Frame, sha256: str) -> SourceInfo:
+        """Prepare `image` as this session's source on the worker thread; NoFaceError when faceless."""
+        settings = self._lane.settings
+        pipeline = self._binding.pipeline
+        self._lane.source = await self._worker.call(lambda: pipeline.prepare_source(image, settings))
+        self.source_info = SourceInfo(sha256, int(image.shape[1]), int(image.shape[0]))
+        logger.info("session %s: source set", self.session_id, extra={**self._extra, "event": "source_set"})
+        return self.source_info
+
+    async def set_reference(self, image: Frame | None, sha256: str | None) -> None:
+        """Which face to swap with `face_selector="reference"`; NoFaceError when the photo is faceless."""
+        pipeline, lane = self._binding.pipeline, self._lane
+        await self._worker.call(lambda: pipeline.set_reference(lane.stream, image))
+        self.reference_sha256 = sha256
+        logger.info(
+            "session %s: reference %s",
+            self.session_id,
+            "set" if image is not None else "cleared",
+            extra={**self._extra, "event": "reference_set" if image is not None else "reference_cleared"},
+        )
+
+    def clear_source(self) -> None:
+        self._lane.source = None
+        self.source_info = None
+
+    def update_settings(self, changes: Mapping[str, object]) -> Settings:
+        """Validated by the pipeline's rules (ValueError); applies from the next frame."""
+        self._lane.settings = self._binding.update_settings(self._lane.settings, **changes)
+        return self._lane.settings
+
+    def stats(self) -> dict[str, Any]:
+        now = time.monotonic()
+        processing = sorted(self._lane.processing_ms)
+        return {
+            "id": self.session_id,
+            "frames_in": self.frames_in,
+            "frames_out": self._outbound.sent,
+            "frames_dropped": self._lane.mailbox.dropped
+            + self._lane.batcher_dropped
+            + self._outbound.dropped,
+            "processing_ms": {
+                "last": round(self._lane.processing_ms[-1], 2) if processing else None,
+                "p50": round(processing[len(processing) // 2], 2) if processing else None,
+            },
+            "fps_in": _rate(self._in_stamps, now),
+            "fps_out": _rate(self._out_stamps, now),
+            "settings": asdict(self._lane.settings),
+            "has_source": self._lane.source is not None,
+            "has_reference": self.reference_sha256 is not None,
+            "connection_state": self._pc.connectionState if self._pc else "new",
+            "viewers": self.outputs.viewer_count,
+        }
+
+    async def close(self) -> None:
+        if self._closed is not None:
+            await self._closed
+            return
+        self._closed = self._loop.create_future()
+        try:
+            self._worker.detach(self._lane)
+            if self._reader is not None:
+                self._reader.cancel()
+                await asyncio.gather(self._reader, return_exceptions=True)
+            self._outbound.stop()
+            await self.outputs.close()
+            if self._pc is not None:
+                try:
+                    await asyncio.wait_for(self._pc.close(), CLOSE_TIMEOUT_S)
+                except TimeoutError:
+                    logger.warning(
+                        "session %s: peer connection close timed out", self.session_id, extra=self._extra
+                    )
+            self._metrics.forget_session(self.session_id)
+            logger.info("session %s: closed", self.session_id, extra={**self._extra, "event": "closed"})
+        finally:
+            self._closed.set_result(None)

@@ -1,0 +1,61 @@
+"""The live bench's bookkeeping: per-phase counts and percentiles, and the printed table."""
+
+import pytest
+
+from streamer.bench.live_bench import PhaseResult, format_table, summarise_phase
+from streamer.bench.peer_client import LiveResult
+
+
+def _result(latencies: tuple[float, ...], sent: int, received: int, unreadable: int = 0) -> LiveResult:
+    return LiveResult(
+        sent=sent,
+        received=received,
+        unreadable=unreadable,
+        duplicates=0,
+        out_of_order=0,
+        latencies_ms=latencies,
+    )
+
+
+def test_phase_counts_only_frames_sent_during_the_phase() -> None:
+    latencies = tuple(float(ms) for ms in range(10, 110))  # 100 readable frames, 10..109 ms
+    phase = summarise_phase("mesh", _result(latencies, sent=460, received=102, unreadable=2), 160, 10.0, 3)
+    assert phase.sent == 300
+    assert phase.received == 102 and phase.unreadable == 2
+    assert phase.server_dropped == 3
+    assert phase.fps_received == pytest.approx(10.2)
+    assert phase.p50_ms == pytest.approx(59.5)
+    assert phase.p95_ms == pytest.approx(104.05)
+    assert phase.max_ms == 109.0
+
+
+def test_phase_without_readable_stamps_has_no_latency() -> None:
+    phase = summarise_phase("passthrough", _result((), sent=30, received=5, unreadable=5), 0, 1.0, 0)
+    assert phase.p50_ms is None and phase.p95_ms is None and phase.max_ms is None
+
+
+def test_table_has_one_row_per_phase_and_dashes_for_missing_latency() -> None:
+    phases = [
+        PhaseResult("passthrough", 10.0, 300, 298, 0, 0, 0, 0, 29.8, 14.25, 21.0, 30.5, 3.25),
+        PhaseResult("mesh", 10.0, 300, 240, 240, 0, 0, 55, 24.0, None, None, None),
+    ]
+    lines = format_table(phases, "header").splitlines()
+    assert lines[0] == "header"
+    assert lines[1].split() == [
+        "phase",
+        "sent",
+        "recv",
+        "unread",
+        "dropped",
+        "fps",
+        "p50",
+        "ms",
+        "p95",
+        "ms",
+        "max",
+        "ms",
+        "server",
+        "ms",
+    ]
+    assert lines[2].split() == ["passthrough", "300", "298", "0", "0", "29.8", "14.2", "21.0", "30.5", "3.2"]
+    assert lines[3].split() == ["mesh", "300", "240", "240", "55", "24.0", "-", "-", "-", "-"]

@@ -1,0 +1,106 @@
+import fractions
+import re
+from collections.abc import Iterator
+
+import aiortc.rtcrtpsender
+import av
+import numpy as np
+import pytest
+from aiortc import RTCPeerConnection, RTCRtpSender
+from aiortc.codecs.h264 import H264Encoder
+from aiortc.codecs.vpx import Vp8Encoder
+from aiortc.rtcrtpparameters import RTCRtpCodecParameters
+
+from streamer.transport.codec_tuning import (
+    MAX_BITRATE,
+    LowLatencyH264Encoder,
+    TunedVp8Encoder,
+    bitrate_for_resolution,
+    get_tuned_encoder,
+    install_codec_tuning,
+    prefer_codec,
+)
+from streamer.transport.ice_addresses import restrict_ice_addresses
+
+
+@pytest.fixture(autouse=True)
+def loopback_only() -> Iterator[None]:
+    restrict_ice_addresses(["127.0.0.1"])
+    yield
+
+
+def _frame(width: int, height: int, index: int = 0) -> av.VideoFrame:
+    rng = np.random.default_rng(index)
+    frame = av.VideoFrame.from_ndarray(
+        rng.integers(0, 256, (height, width, 3), dtype=np.uint8), format="rgb24"
+    )
+    frame = frame.reformat(format="yuv420p")
+    frame.pts = index * 3000
+    frame.time_base = fractions.Fraction(1, 90000)
+    return frame
+
+
+def _x264_settings(encoder: H264Encoder) -> bytes:
+    """x264 writes its option string into an SEI NAL of the first frame: the preset's real effect."""
+    bitstream = b"".join(encoder._encode_frame(_frame(640, 480), force_keyframe=True))
+    match = re.search(rb"options: ([^\x00]+)", bitstream)
+    assert match, "no x264 SEI in the bitstream"
+    return match.group(1)
+
+
+def test_h264_uses_ultrafast_zerolatency() -> None:
+    stock, tuned = _x264_settings(H264Encoder()), _x264_settings(LowLatencyH264Encoder())
+    assert b"subme=7" in stock and b"me=hex" in stock  # aiortc's default: x264 "medium"
+    assert b"subme=0" in tuned and b"me=dia" in tuned and b"cabac=0" in tuned  # ultrafast
+    assert b"bframes=0" in tuned and b"sliced_threads=1" in tuned  # zerolatency
+
+
+def test_tuned_h264_keeps_its_context_and_packetizes() -> None:
+    tuned = LowLatencyH264Encoder()
+    payloads, _ = tuned.encode(_frame(640, 480))
+    context = tuned.codec
+    payloads_next, _ = tuned.encode(_frame(640, 480, 1))
+    assert payloads and payloads_next and tuned.codec is context  # aiortc did not rebuild it
+
+
+def test_vp8_start_bitrate_follows_frame_size_until_remb() -> None:
+    stock, tuned = Vp8Encoder(), TunedVp8Encoder()
+    stock.encode(_frame(1280, 720))
+    tuned.encode(_frame(1280, 720))
+    assert stock.codec is not None and tuned.codec is not None
+    assert stock.codec.bit_rate == 500_000
+    assert tuned.codec.bit_rate == bitrate_for_resolution(1280, 720) > 2_000_000
+    tuned.target_bitrate = 10_000_000  # a REMB estimate from the receiver
+    assert tuned.target_bitrate == MAX_BITRATE
+    tuned.encode(_frame(640, 480, 1))
+    assert (
+        tuned.codec is not None and tuned.codec.bit_rate == MAX_BITRATE
+    )  # receiver's estimate wins over the size rule
+
+
+def test_install_routes_the_sender_to_tuned_encoders() -> None:
+    install_codec_tuning()
+    install_codec_tuning()
+    assert aiortc.rtcrtpsender.get_encoder is get_tuned_encoder
+    h264 = RTCRtpCodecParameters(mimeType="video/H264", clockRate=90000, payloadType=102)
+    opus = RTCRtpCodecParameters(mimeType="audio/opus", clockRate=48000, channels=2, payloadType=111)
+    assert isinstance(get_tuned_encoder(h264), LowLatencyH264Encoder)
+    assert type(get_tuned_encoder(opus)).__name__ == "OpusEncoder"
+
+
+async def test_answer_prefers_vp8_when_offer_lists_h264_first() -> None:
+    offerer, answerer = RTCPeerConnection(), RTCPeerConnection()
+    try:
+        transceiver = offerer.addTransceiver("video")
+        codecs = RTCRtpSender.getCapabilities("video").codecs
+        transceiver.setCodecPreferences(sorted(codecs, key=lambda c: c.mimeType != "video/H264"))
+        await offerer.setLocalDescription(await offerer.createOffer())
+        prefer_codec(answerer.addTransceiver("video"), "video/VP8")
+        await answerer.setRemoteDescription(offerer.localDescription)
+        await answerer.setLocalDescription(await answerer.createAnswer())
+        offer_first = next(line for line in offerer.localDescription.sdp.splitlines() if "a=rtpmap" in line)
+        answer_first = next(line for line in answerer.localDescription.sdp.splitlines() if "a=rtpmap" in line)
+        assert "H264" in offer_first and "VP8" in answer_first
+    finally:
+        await offerer.close()
+        await answerer.close()
