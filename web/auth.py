@@ -26,7 +26,8 @@ from aiohttp.web_urldispatcher import StaticResource
 
 from gpu_ops.errors import InvalidInputError
 from streamer.outputs.provenance import audit_record, log_audit
-from web.app import ENGINE_KEY, DaemonConfig
+from web.app_keys import ENGINE_KEY
+from web.daemon_config import DaemonConfig
 
 logger = logging.getLogger(__name__)
 

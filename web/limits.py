@@ -21,7 +21,8 @@ from aiohttp.typedefs import Handler, Middleware
 
 from gpu_ops.errors import InvalidInputError
 from streamer.realtime.idle_reaper import IdleReaper, WatchedSession
-from web.app import CONFIG_KEY, ENGINE_KEY, DaemonConfig
+from web.app_keys import CONFIG_KEY, ENGINE_KEY
+from web.daemon_config import DaemonConfig
 
 logger = logging.getLogger(__name__)
 

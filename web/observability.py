@@ -3,7 +3,7 @@ within milliseconds however busy the worker is."""
 
 from aiohttp import web
 
-from web.app import ENGINE_KEY, METRICS_KEY
+from web.app_keys import ENGINE_KEY, METRICS_KEY
 
 PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 

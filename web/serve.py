@@ -18,7 +18,9 @@ from aiohttp import web
 from gpu_ops.errors import InvalidInputError
 from streamer.realtime.micro_batcher import BatchPolicy
 from streamer.realtime.pipeline_binding import PipelineBinding
-from web.app import CONFIG_KEY, ENGINE_KEY, DaemonConfig, create_app
+from web.app import create_app
+from web.app_keys import CONFIG_KEY, ENGINE_KEY
+from web.daemon_config import DaemonConfig
 
 logger = logging.getLogger(__name__)
 

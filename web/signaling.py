@@ -20,7 +20,7 @@ from streamer.pipeline.image_input import ImageTooLargeError, UnsupportedImageEr
 from streamer.pipeline.swap_engines.base import NoFaceError
 from streamer.realtime.peer_session import PeerSession
 from streamer.realtime.session_registry import SessionLimitError, SessionRegistry
-from web.app import CONFIG_KEY, ENGINE_KEY, METRICS_KEY
+from web.app_keys import CONFIG_KEY, ENGINE_KEY, METRICS_KEY
 from web.limits import check_upload_name
 
 logger = logging.getLogger(__name__)

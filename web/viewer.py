@@ -7,7 +7,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from web.app import CONFIG_KEY
+from web.app_keys import CONFIG_KEY
 
 VIEW_PAGE = "view.html"
 

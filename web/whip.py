@@ -30,7 +30,7 @@ from streamer.pipeline.image_input import decode_image
 from streamer.pipeline.swap_engines.base import NoFaceError
 from streamer.realtime.peer_session import PeerSession
 from streamer.realtime.session_registry import SessionLimitError, SessionRegistry
-from web.app import CONFIG_KEY
+from web.app_keys import CONFIG_KEY
 from web.signaling import error_response, ready_registry
 
 logger = logging.getLogger(__name__)

@@ -31,7 +31,9 @@ from models.face import Frame
 from streamer.bench.daemon_process import free_loopback_port
 from streamer.bench.peer_client import PeerClient, ReceivedFrame
 from streamer.realtime.pipeline_binding import PipelineBinding
-from web.app import ENGINE_KEY, DaemonConfig, create_app
+from web.app import create_app
+from web.app_keys import ENGINE_KEY
+from web.daemon_config import DaemonConfig
 
 logger = logging.getLogger(__name__)
 

@@ -19,7 +19,10 @@ from models.face import Frame
 from streamer.realtime.batch_worker import BatchWorker, InboundFrame, WorkerLane
 from streamer.realtime.frame_conversion import FrameConversion
 from streamer.realtime.pipeline_binding import PipelineBinding
-from web.app import ENGINE_KEY, DaemonConfig, DaemonEngine, create_app
+from web.app import create_app
+from web.app_keys import ENGINE_KEY
+from web.daemon_config import DaemonConfig
+from web.engine import DaemonEngine
 
 LOOPBACK = "127.0.0.1"
 

@@ -16,8 +16,9 @@ from streamer.bench.peer_client import PeerClient
 from tests.certificates import write_self_signed
 from tests.fakes_pipeline import fake_binding
 from tests.integration.daemon_harness import LOOPBACK, camera_frame, serving_app
-from web.app import DaemonConfig, create_app
+from web.app import create_app
 from web.auth import tls_context
+from web.daemon_config import DaemonConfig
 from web.serve import hardening_fields
 
 TOKEN = "correct-horse-battery-staple"

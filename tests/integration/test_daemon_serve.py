@@ -65,7 +65,7 @@ async def test_serve_swaps_with_real_models_and_stops_on_sigterm(models_dir: Pat
         events = [json.loads(line) for line in stderr.decode().splitlines() if line.startswith("{")]
         closed = [e for e in events if e.get("event") == "closed" and e.get("session_id") == session_id]
         assert closed, "the session was not closed on shutdown"
-        assert any(e.get("event") == "shutdown" and e.get("logger") == "web.app" for e in events)
+        assert any(e.get("event") == "shutdown" and e.get("logger") == "web.engine" for e in events)
     finally:
         if process.returncode is None:
             process.kill()

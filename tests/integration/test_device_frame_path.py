@@ -23,7 +23,7 @@ from tests.integration.daemon_harness import (
     frames_through_worker,
     running_daemon,
 )
-from web.app import DaemonConfig
+from web.daemon_config import DaemonConfig
 from web.serve import load_pipeline_binding
 
 CLIP_FRAMES = 10

@@ -48,7 +48,9 @@ from tests.integration.daemon_harness import (
     running_daemon,
     serving_app,
 )
-from web.app import ENGINE_KEY, DaemonConfig, create_app
+from web.app import create_app
+from web.app_keys import ENGINE_KEY
+from web.daemon_config import DaemonConfig
 from web.serve import drain_sessions
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

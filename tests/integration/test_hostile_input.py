@@ -16,7 +16,7 @@ from streamer.pipeline.frame_pipeline import SwapSettings, settings_with
 from streamer.realtime.pipeline_binding import PipelineBinding
 from tests.fakes_pipeline import FakeFrameJob, FakePipeline, face_box, source_colour
 from tests.integration.daemon_harness import LOOPBACK, camera_frame, decoded_photo, running_daemon
-from web.app import DaemonConfig
+from web.daemon_config import DaemonConfig
 
 MAX_UPLOAD_BYTES = 2 * 1024 * 1024
 OFFER_HEAD = "v=0\r\no=- 4611731400430051336 2 IN IP4 127.0.0.1\r\ns=-\r\nt=0 0\r\n"

@@ -22,7 +22,7 @@ from tests.integration.whip_harness import (
     wait_connected,
     wait_until_empty,
 )
-from web.app import DaemonEngine
+from web.engine import DaemonEngine
 from web.serve import load_pipeline_binding
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]

@@ -9,7 +9,8 @@ from aiortc import RTCPeerConnection
 
 from streamer.realtime.session_registry import SessionRegistry
 from tests.integration.daemon_harness import LOOPBACK
-from web.app import DaemonConfig, DaemonEngine
+from web.daemon_config import DaemonConfig
+from web.engine import DaemonEngine
 
 SOURCE = "fr_biden2.jpg"
 

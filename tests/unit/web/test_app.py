@@ -11,7 +11,8 @@ from streamer.realtime.metrics import DaemonMetrics
 from streamer.realtime.micro_batcher import DEFAULT_MAX_WAIT_MS
 from streamer.realtime.pipeline_binding import PipelineBinding
 from tests.fakes_pipeline import fake_binding
-from web.app import DaemonConfig, DaemonEngine
+from web.daemon_config import DaemonConfig
+from web.engine import DaemonEngine
 from web.serve import config_from_args
 
 

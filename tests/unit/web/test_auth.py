@@ -7,7 +7,6 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from gpu_ops.errors import InvalidInputError
-from web.app import DaemonConfig
 from web.auth import (
     AccessPolicy,
     access_middlewares,
@@ -15,6 +14,7 @@ from web.auth import (
     token_id,
     token_matches,
 )
+from web.daemon_config import DaemonConfig
 from web.limits import json_errors
 
 TOKEN = "s3cret-token-value"

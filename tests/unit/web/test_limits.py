@@ -5,7 +5,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from web.app import DaemonConfig
+from web.daemon_config import DaemonConfig
 from web.limits import (
     MAX_JSON_BYTES,
     MAX_SDP_BYTES,

@@ -4,7 +4,9 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from tests.fakes_pipeline import fake_binding
-from web.app import ENGINE_KEY, DaemonConfig, create_app
+from web.app import create_app
+from web.app_keys import ENGINE_KEY
+from web.daemon_config import DaemonConfig
 
 
 @pytest.fixture

@@ -12,7 +12,9 @@ from aiortc import RTCPeerConnection
 
 from streamer.transport.ice_addresses import restrict_ice_addresses
 from tests.fakes_pipeline import fake_binding
-from web.app import ENGINE_KEY, DaemonConfig, create_app
+from web.app import create_app
+from web.app_keys import ENGINE_KEY
+from web.daemon_config import DaemonConfig
 
 
 @pytest.fixture

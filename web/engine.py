@@ -1,0 +1,129 @@
+"""The app-wide engine: loads the pipeline off the loop, then owns the worker thread and the sessions."""
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from streamer.realtime.batch_worker import BatchWorker
+from streamer.realtime.frame_conversion import choose_frame_conversion
+from streamer.realtime.metrics import DaemonMetrics
+from streamer.realtime.peer_session import EndedCallback, PeerSession
+from streamer.realtime.pipeline_binding import PipelineBinding
+from streamer.realtime.session_registry import SessionRegistry
+from streamer.transport.codec_tuning import install_codec_tuning
+from streamer.transport.ice_addresses import restrict_ice_addresses
+from streamer.transport.jitter_marker import install_marker_release
+from web.daemon_config import DaemonConfig
+
+logger = logging.getLogger(__name__)
+
+LoadBinding = Callable[[], PipelineBinding]  # blocking: loads models (seconds)
+
+
+class DaemonEngine:
+    """App-wide resources: loads the pipeline in a thread, then owns the worker and the sessions.
+
+    `start()` returns at once; `loaded` resolves when the models are in (or with the load error).
+    `close()` is idempotent and works before start, during loading and after a failed load.
+    """
+
+    def __init__(self, config: DaemonConfig, metrics: DaemonMetrics, load_binding: LoadBinding) -> None:
+        self.config = config
+        self.metrics = metrics
+        self._load_binding = load_binding
+        self.binding: PipelineBinding | None = None
+        self.worker: BatchWorker | None = None
+        self.registry: SessionRegistry | None = None
+        self.loaded: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._loader: asyncio.Task[None] | None = None
+        self._closed = False
+        self.draining = False  # SIGTERM (web/serve.py): /ready says false, new sessions get 503
+
+    @property
+    def ready(self) -> bool:
+        return (
+            self.registry is not None and self.worker is not None and self.worker.running and not self._closed
+        )
+
+    def start(self) -> None:
+        self._loader = asyncio.create_task(self._load(), name="load-pipeline")
+
+    async def _load(self) -> None:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        try:
+            binding = await asyncio.to_thread(self._load_binding)
+            description = binding.pipeline.describe()
+            conversion = choose_frame_conversion(
+                self.config.frame_path, getattr(binding.pipeline, "backend", None)
+            )
+            description["frame_path"] = conversion.describe()
+            worker = BatchWorker(
+                binding,
+                self.metrics,
+                label=self.config.label,
+                policy=self.config.batch_policy,
+                on_lane_failed=self._end_failed_session,
+                conversion=conversion,
+            )
+            worker.start()
+        except Exception as error:  # noqa: BLE001 - reported through `loaded`; the owner decides
+            logger.error("pipeline failed to load: %s", error, extra={"event": "load_failed"})
+            self.loaded.set_exception(error)
+            return
+        self.binding, self.worker = binding, worker
+        self.registry = SessionRegistry(self.config.max_sessions, self._create_session, self.metrics)
+        for key, value in description.items():
+            self.metrics.model_info.set(1, key=key, value=value)
+        stage_histogram = self.metrics.stage_seconds
+        for timer in getattr(binding.pipeline, "stage_timers", []):  # pipeline-internal stages
+            timer.add_listener(lambda stage, seconds: stage_histogram.observe(seconds, stage=stage))
+        elapsed = loop.time() - started
+        logger.info(
+            "pipeline ready in %.1f s: %s",
+            elapsed,
+            description,
+            extra={"event": "ready", "latency_ms": round(elapsed * 1000)},
+        )
+        self.loaded.set_result(None)
+
+    def _end_failed_session(self, session_id: str, reason: str) -> None:
+        """Called on the worker thread when one session's frames keep failing: end that session only."""
+        loop = self.loaded.get_loop()
+        registry = self.registry
+        if registry is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(registry.report_ended, session_id, reason)
+
+    def _create_session(self, session_id: str, on_ended: EndedCallback) -> PeerSession:
+        assert self.worker is not None and self.binding is not None
+        return PeerSession(
+            session_id,
+            self.worker,
+            self.binding,
+            self.metrics,
+            idle_timeout_s=self.config.idle_timeout_s,
+            on_ended=on_ended,
+        )
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._loader is not None and not self._loader.done():
+            self._loader.cancel()  # the loading thread finishes on its own; nothing will use it
+            await asyncio.gather(self._loader, return_exceptions=True)
+        if not self.loaded.done():
+            self.loaded.cancel()
+        if self.registry is not None:
+            await self.registry.close()
+        if self.worker is not None:
+            await self.worker.close()
+        logger.info("engine closed", extra={"event": "shutdown"})
+
+
+def install_transport_fixes(ice_addresses: tuple[str, ...]) -> None:
+    """The aiortc latency fixes and the ICE address rule (process-wide, idempotent)."""
+    install_marker_release()
+    install_codec_tuning()
+    if ice_addresses:
+        restrict_ice_addresses(ice_addresses)
