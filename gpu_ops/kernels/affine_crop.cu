@@ -3,8 +3,6 @@
 // to 1 << 15, result (sum + (1 << 14)) >> 15. Matrices are passed already inverted (crop -> frame),
 // inverted on the host exactly as warpAffine does, as 6 doubles per face. Compile with --fmad=false.
 
-typedef unsigned char uchar;
-
 struct FixedPointSample {
     int x;        // integer source column (may be outside the frame)
     int y;

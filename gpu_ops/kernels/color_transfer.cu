@@ -8,8 +8,6 @@
 // Float sums run in another order than OpenCV's vectorised loops: results agree within 1 level.
 // Compile with --fmad=false.
 
-typedef unsigned char uchar;
-
 #define SHADING_PLANES 7
 
 // OpenCV computeResizeAreaTab weight of source index `s` for destination cell `d` (0 when unused).

@@ -2,8 +2,6 @@
 // Planes are pitched: each row starts `pitch` bytes after the previous one. One source serves I420
 // (chroma_step 1, separate U and V planes) and NV12 (chroma_step 2, v = u + 1 in the same plane).
 
-typedef unsigned char uchar;
-
 __device__ __forceinline__ uchar clamp_to_byte(int value) {
     return (uchar)(value < 0 ? 0 : (value > 255 ? 255 : value));
 }

@@ -7,9 +7,6 @@
 //                  between the rounded vertices, as CollectPolyEdges draws it.
 // Rows and outline only ever write 255, so the order between threads does not matter.
 
-typedef unsigned char uchar;
-typedef long long int64;
-
 #define MASK_XY_SHIFT 16
 #define MASK_XY_ONE (1LL << MASK_XY_SHIFT)
 #define MASK_SHIFT 4
@@ -54,44 +51,6 @@ extern "C" __global__ void polygon_rows(
     }
 }
 
-// OpenCV clipLine for integer points on a (width, height) image; false when the line misses it.
-__device__ bool clip_int_line(int64 width, int64 height, int64* x1, int64* y1, int64* x2, int64* y2)
-{
-    const int64 right = width - 1, bottom = height - 1;
-    int c1 = (*x1 < 0) + (*x1 > right) * 2 + (*y1 < 0) * 4 + (*y1 > bottom) * 8;
-    int c2 = (*x2 < 0) + (*x2 > right) * 2 + (*y2 < 0) * 4 + (*y2 > bottom) * 8;
-    if ((c1 & c2) == 0 && (c1 | c2) != 0) {
-        int64 a;
-        if (c1 & 12) {
-            a = c1 < 8 ? 0 : bottom;
-            *x1 += (a - *y1) * (*x2 - *x1) / (*y2 - *y1);
-            *y1 = a;
-            c1 = (*x1 < 0) + (*x1 > right) * 2;
-        }
-        if (c2 & 12) {
-            a = c2 < 8 ? 0 : bottom;
-            *x2 += (a - *y2) * (*x2 - *x1) / (*y2 - *y1);
-            *y2 = a;
-            c2 = (*x2 < 0) + (*x2 > right) * 2;
-        }
-        if ((c1 & c2) == 0 && (c1 | c2) != 0) {
-            if (c1) {
-                a = c1 == 1 ? 0 : right;
-                *y1 += (a - *x1) * (*y2 - *y1) / (*x2 - *x1);
-                *x1 = a;
-                c1 = 0;
-            }
-            if (c2) {
-                a = c2 == 1 ? 0 : right;
-                *y2 += (a - *x2) * (*y2 - *y1) / (*x2 - *x1);
-                *x2 = a;
-                c2 = 0;
-            }
-        }
-    }
-    return (c1 | c2) == 0;
-}
-
 extern "C" __global__ void polygon_outline(
     const int* points, int count, uchar* mask, int pitch, int width, int height)
 {
@@ -104,7 +63,7 @@ extern "C" __global__ void polygon_outline(
     int64 x2 = ((int64)points[2 * i] + half) >> MASK_SHIFT;
     int64 y2 = ((int64)points[2 * i + 1] + half) >> MASK_SHIFT;
     if (x1 < 0 || x1 >= width || x2 < 0 || x2 >= width || y1 < 0 || y1 >= height || y2 < 0 || y2 >= height) {
-        if (!clip_int_line(width, height, &x1, &y1, &x2, &y2)) return;
+        if (!clip_line(width, height, &x1, &y1, &x2, &y2)) return;
     }
     // cv::LineIterator(connectivity 8, left_to_right): start at the left end, step along the major axis
     int64 dx = x2 - x1, dy = y2 - y1;

@@ -10,53 +10,12 @@
 //   rounded to 1/32 px (round half to even), weights (32-fx)(32-fy)*32... and (sum + 2^14) >> 15.
 // Compile with --fmad=false.
 
-typedef unsigned char uchar;
-typedef long long int64;
-
 #define MESH_XY_SHIFT 16
 #define MESH_XY_ONE (1LL << MESH_XY_SHIFT)
 
 __device__ __forceinline__ void put_rank(int* ranks, int width, int height, int x, int y, int rank)
 {
     if (0 <= x && x < width && 0 <= y && y < height) atomicMax(ranks + y * width + x, rank);
-}
-
-// OpenCV clipLine on a (width, height) box of 64-bit coordinates; false when the line misses it.
-__device__ bool clip_line(int64 width, int64 height, int64* x1, int64* y1, int64* x2, int64* y2)
-{
-    const int64 right = width - 1, bottom = height - 1;
-    int c1 = (*x1 < 0) + (*x1 > right) * 2 + (*y1 < 0) * 4 + (*y1 > bottom) * 8;
-    int c2 = (*x2 < 0) + (*x2 > right) * 2 + (*y2 < 0) * 4 + (*y2 > bottom) * 8;
-    if ((c1 & c2) == 0 && (c1 | c2) != 0) {
-        int64 a;
-        if (c1 & 12) {
-            a = c1 < 8 ? 0 : bottom;
-            *x1 += (a - *y1) * (*x2 - *x1) / (*y2 - *y1);
-            *y1 = a;
-            c1 = (*x1 < 0) + (*x1 > right) * 2;
-        }
-        if (c2 & 12) {
-            a = c2 < 8 ? 0 : bottom;
-            *x2 += (a - *y2) * (*x2 - *x1) / (*y2 - *y1);
-            *y2 = a;
-            c2 = (*x2 < 0) + (*x2 > right) * 2;
-        }
-        if ((c1 & c2) == 0 && (c1 | c2) != 0) {
-            if (c1) {
-                a = c1 == 1 ? 0 : right;
-                *y1 += (a - *x1) * (*y2 - *y1) / (*x2 - *x1);
-                *x1 = a;
-                c1 = 0;
-            }
-            if (c2) {
-                a = c2 == 1 ? 0 : right;
-                *y2 += (a - *x2) * (*y2 - *y1) / (*x2 - *x1);
-                *x2 = a;
-                c2 = 0;
-            }
-        }
-    }
-    return (c1 | c2) == 0;
 }
 
 // OpenCV Line2: an 8-connected line between two XY_SHIFT fixed-point points.

@@ -3,8 +3,6 @@
 // sampled bilinearly with a zero border (OpenCV's integer rounding), the float mask sampled with
 // OpenCV's float weights, then frame = rint(mask * crop + (1 - mask) * frame). Compile with --fmad=false.
 
-typedef unsigned char uchar;
-
 extern "C" __global__ void paste_back(
     uchar* frame, int frame_pitch,
     const uchar* crop, const float* crop_mask, int crop_width, int crop_height,

@@ -41,3 +41,12 @@ def test_broken_source_fails_with_a_log() -> None:
     result = compile_source('extern "C" __global__ void broken(int* x) { x[0] = undefined_name; }', "broken")
     assert not result.ok
     assert "undefined_name" in result.log
+
+
+def test_shared_helpers_come_from_one_header() -> None:
+    """OpenCV's line clipping is written once (common.cuh) and reaches both rasterisers at load time, with
+    compiler messages kept on each .cu file's own line numbers."""
+    for name in ("masks", "mesh_warp"):
+        source = kernel_source(name)
+        assert source.count("bool clip_line(") == 1
+        assert f'#line 1 "{name}.cu"' in source
