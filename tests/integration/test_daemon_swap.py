@@ -138,8 +138,8 @@ async def test_closed_peer_connection_ends_its_session(media_dir: Path) -> None:
         await client.__aenter__()
         try:
             await client.wait_for_frames(5, timeout=15)
-            assert client._pc is not None and engine.registry is not None
-            await client._pc.close()  # the browser tab closed: DTLS goes away, no DELETE is sent
+            assert client.pc is not None and engine.registry is not None
+            await client.pc.close()  # the browser tab closed: DTLS goes away, no DELETE is sent
             for _ in range(50):
                 if len(engine.registry) == 0:
                     break

@@ -1,0 +1,130 @@
+"""The set-up every loopback client of the daemon shares (the peer client, the WHIP publisher, the WHEP
+viewer): ICE on 127.0.0.1 only, the jitter-buffer fix, one HTTP session with the token, one peer
+connection, readers for the tracks that come back, and a close that ends the daemon-side resource first.
+"""
+
+import asyncio
+import logging
+import time
+from types import TracebackType
+from typing import Self
+
+import aiohttp
+import numpy as np
+from aiortc import MediaStreamTrack, RTCConfiguration, RTCPeerConnection
+from aiortc.mediastreams import MediaStreamError
+from av import VideoFrame
+
+from models.face import Frame
+from streamer.transport.ice_addresses import restrict_ice_addresses
+from streamer.transport.jitter_marker import install_marker_release
+
+logger = logging.getLogger(__name__)
+
+
+def now_ms() -> float:
+    """The clock the stamps use: both ends run on this host."""
+    return time.monotonic() * 1000.0
+
+
+class LoopbackClient:
+    """Async context manager: `_connect()` (the subclass's offer/answer) on enter; on exit or `close()`,
+    `_end_remote()` (the subclass's DELETE), then the readers, the peer and the HTTP session stop.
+    Idempotent; a failed connect closes what it opened before raising.
+
+    Frames that come back go to `_on_video(rgb, now_ms)`; `wait_for_frames` waits on `video_received`.
+    """
+
+    def __init__(self, base_url: str, token: str | None) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._auth_headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http: aiohttp.ClientSession | None = None
+        self.pc: RTCPeerConnection | None = None
+        self.video_received = 0
+        self.audio_frames_received = 0
+        self._arrived = asyncio.Condition()
+        self._readers: list[asyncio.Task[None]] = []
+
+    async def __aenter__(self) -> Self:
+        restrict_ice_addresses(["127.0.0.1"])
+        install_marker_release()
+        self._http = aiohttp.ClientSession(headers=self._auth_headers)
+        self.pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
+        self.pc.on("track", self._on_track)
+        try:
+            await self._connect()
+        except BaseException:
+            await self.close()
+            raise
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    @property
+    def http(self) -> aiohttp.ClientSession:
+        if self._http is None:
+            raise RuntimeError("not connected")
+        return self._http
+
+    async def _connect(self) -> None:
+        raise NotImplementedError
+
+    async def _end_remote(self) -> None:
+        """End the daemon-side resource (session, WHIP stream, WHEP viewer); the daemon may be gone."""
+
+    def _on_video(self, rgb: Frame, now_ms: float) -> None:
+        """One received frame, as RGB, with the time it arrived."""
+
+    def _on_track(self, track: MediaStreamTrack) -> None:
+        reader = self._read_video(track) if track.kind == "video" else self._count_audio(track)
+        self._readers.append(asyncio.create_task(reader, name=f"{type(self).__name__}-{track.kind}"))
+
+    async def _count_audio(self, track: MediaStreamTrack) -> None:
+        try:
+            while True:
+                await track.recv()
+                self.audio_frames_received += 1
+        except MediaStreamError:
+            return
+
+    async def _read_video(self, track: MediaStreamTrack) -> None:
+        while True:
+            try:
+                frame = await track.recv()
+            except MediaStreamError:
+                return
+            assert isinstance(frame, VideoFrame)
+            arrived_ms = now_ms()
+            self._on_video(np.asarray(frame.to_ndarray(format="rgb24"), dtype=np.uint8), arrived_ms)
+            self.video_received += 1
+            async with self._arrived:
+                self._arrived.notify_all()
+
+    async def wait_for_frames(self, count: int, timeout: float = 10.0) -> None:
+        """Until `count` video frames in all have arrived (TimeoutError otherwise)."""
+        async with asyncio.timeout(timeout):
+            async with self._arrived:
+                await self._arrived.wait_for(lambda: self.video_received >= count)
+
+    async def _stop_sending(self) -> None:
+        """Stop the tracks this client sends (before the peer closes)."""
+
+    async def close(self) -> None:
+        if self._http is not None:
+            try:
+                await self._end_remote()
+            except aiohttp.ClientError as error:
+                logger.debug("%s: ending the remote resource failed (daemon gone): %s", type(self).__name__, error)
+        await self._stop_sending()
+        if self.pc is not None:
+            await self.pc.close()  # kept (closed) so a caller can still read its final state
+        readers, self._readers = self._readers, []
+        for task in readers:
+            task.cancel()
+        await asyncio.gather(*readers, return_exceptions=True)
+        if self._http is not None:
+            await self._http.close()
+            self._http = None
