@@ -117,7 +117,9 @@ class LoopbackClient:
             try:
                 await self._end_remote()
             except aiohttp.ClientError as error:
-                logger.debug("%s: ending the remote resource failed (daemon gone): %s", type(self).__name__, error)
+                logger.debug(
+                    "%s: ending the remote resource failed (daemon gone): %s", type(self).__name__, error
+                )
         await self._stop_sending()
         if self.pc is not None:
             await self.pc.close()  # kept (closed) so a caller can still read its final state

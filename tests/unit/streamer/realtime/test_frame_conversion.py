@@ -83,7 +83,9 @@ def test_tagged_bt709_full_range_frames_use_their_own_matrix(media_dir: Path) ->
 @pytest.mark.parametrize(
     "frame",
     [
-        VideoFrame.from_ndarray(np.full((75, 101, 3), 90, np.uint8), format="rgb24").reformat(format="yuv420p"),
+        VideoFrame.from_ndarray(np.full((75, 101, 3), 90, np.uint8), format="rgb24").reformat(
+            format="yuv420p"
+        ),
         VideoFrame.from_ndarray(np.full((48, 64, 3), 90, np.uint8), format="rgb24"),  # not planar
     ],
     ids=["odd_size", "rgb24"],
