@@ -24,4 +24,5 @@ if [ -n "${TURN_EXTERNAL_IP:-}" ]; then
         printf 'external-ip=%s\n' "$TURN_EXTERNAL_IP" >> "$conf"
     fi
 fi
-exec turnserver -c "$conf"
+# extra arguments go to coturn (they override the file)
+exec turnserver -c "$conf" "$@"
