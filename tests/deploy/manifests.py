@@ -96,3 +96,16 @@ def turnserver_options(text: str) -> dict[str, list[str]]:
 
 def all_yaml_files() -> list[Path]:
     return sorted(path for path in (REPO_ROOT / "deploy").rglob("*") if path.suffix in (".yaml", ".yml"))
+
+
+def daemon_args(resources: list[Resource]) -> list[str]:
+    args: list[str] = container(one(resources, "StatefulSet", DAEMON), DAEMON)["args"]
+    return args
+
+
+def max_replicas(resources: list[Resource]) -> int:
+    return int(one(resources, "HorizontalPodAutoscaler", DAEMON)["spec"]["maxReplicas"])
+
+
+def workloads(resources: list[Resource]) -> list[Resource]:
+    return find(resources, "StatefulSet") + find(resources, "Deployment")
