@@ -97,15 +97,13 @@ def room_edges(modules: dict[str, Path]) -> list[tuple[str, str]]:
     return sorted((a, b) for a, targets in merged.items() for b in targets)
 
 
-def room_sizes(modules: dict[str, Path]) -> dict[str, tuple[int, int]]:
-    """room -> (modules, lines)."""
-    sizes: dict[str, tuple[int, int]] = {}
-    for name, path in modules.items():
+def room_sizes(modules: dict[str, Path]) -> dict[str, int]:
+    """room -> how many modules it holds (not lines: an edit elsewhere must not stale the picture)."""
+    sizes: dict[str, int] = {}
+    for name in modules:
         room = _room(name)
-        if room is None:
-            continue
-        count, lines = sizes.get(room, (0, 0))
-        sizes[room] = (count + 1, lines + len(path.read_text().splitlines()))
+        if room is not None:
+            sizes[room] = sizes.get(room, 0) + 1
     return sizes
 
 
@@ -178,7 +176,7 @@ def render_svg() -> str:
     for index, room in enumerate(ROOMS):
         top = TOP + index * (ROOM_H + room_gap)
         centre[room] = top + ROOM_H / 2
-        count, lines = sizes.get(room, (0, 0))
+        count = sizes.get(room, 0)
         out.append(
             f'<rect x="{ROOM_X}" y="{top:.1f}" width="{ROOM_W}" height="{ROOM_H}" rx="6" fill="#f3f4f6" '
             'stroke="#111827"/>'
@@ -187,9 +185,7 @@ def render_svg() -> str:
             f'<text x="{ROOM_X + 10}" y="{top + 21:.1f}" font-weight="bold" '
             f'font-family="DejaVu Sans Mono, monospace">{escape(room)}</text>'
         )
-        out.append(
-            f'<text x="{ROOM_X + 10}" y="{top + 40:.1f}" font-size="11">{count} modules, {lines} lines</text>'
-        )
+        out.append(f'<text x="{ROOM_X + 10}" y="{top + 40:.1f}" font-size="11">{count} modules</text>')
     for number, (source, target) in enumerate(edges):
         span = ROOMS.index(target) - ROOMS.index(source)
         x = ROOM_X + ROOM_W
