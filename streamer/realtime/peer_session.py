@@ -62,8 +62,11 @@ class PeerSession:
         *,
         idle_timeout_s: float = 5.0,
         on_ended: EndedCallback | None = None,
+        rtc_configuration: RTCConfiguration | None = None,
     ) -> None:
         self.session_id = session_id
+        # ICE servers (STUN/TURN) for the daemon's side of this call; none: host candidates only
+        self._rtc_configuration = rtc_configuration or RTCConfiguration(iceServers=[])
         self._worker = worker
         self._binding = binding
         self._metrics = metrics
@@ -95,7 +98,7 @@ class PeerSession:
             raise RuntimeError(f"session {self.session_id}: accept_offer() called twice or after close()")
         started = time.perf_counter()
         self._lane.stream = await self._worker.call(self._binding.pipeline.new_stream)
-        self._pc = pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
+        self._pc = pc = RTCPeerConnection(self._rtc_configuration)
         pc.on("connectionstatechange", self._on_connection_state)
         pc.on("track", self._on_track)
         # created before the offer is applied so it takes the offer's video m-line with our preferences
