@@ -111,17 +111,21 @@ class SessionOutputs:
         """A newest-frame copy of the received audio (None before any audio arrived)."""
         return self._relay.subscribe(self._audio, buffered=False) if self._audio is not None else None
 
-    async def add_viewer(self, offer: RTCSessionDescription) -> tuple[str, RTCSessionDescription]:
+    async def add_viewer(
+        self, offer: RTCSessionDescription, rtc_configuration: RTCConfiguration | None = None
+    ) -> tuple[str, RTCSessionDescription]:
         """A new viewer peer answering `offer` (after ICE gathering, so no trickle is needed).
 
         ViewerLimitError when full; ValueError (or an aiortc error) for an offer it cannot answer.
+        `rtc_configuration` holds the ICE servers of the viewer's peer (its owner builds it); none: host
+        candidates only.
         """
         if self._closed:
             raise ViewerLimitError(f"session {self.session_id} is closing")
         if len(self._viewers) >= self.max_viewers:
             raise ViewerLimitError(f"session {self.session_id} has all {self.max_viewers} viewers")
         viewer_id = uuid.uuid4().hex[:12]
-        pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
+        pc = RTCPeerConnection(rtc_configuration or RTCConfiguration(iceServers=[]))
         tracks: list[MediaStreamTrack] = []
         viewer = _Viewer(viewer_id, pc, ())
         self._viewers[viewer_id] = viewer
