@@ -9,7 +9,9 @@ Two methods, both weighted by the paste mask so background, eyes and mouth do no
   It fixes the average tone only: the source's own lighting stays, so a face lit from the left pasted
   on a face lit from the right looks like a mask. Kept as the baseline and for flat-lit inputs.
 Inputs are uint8 H x W x 3 RGB of the same size and a float32 H x W weight map; output uint8.
-`match_shading` has a CuPy path (gpu_ops/kernels/color_transfer.cu); the Lab transfer round-trips.
+`match_shading` = `shading_ratio` (the coarse ratio grid: the colour statistics of this frame) then
+`apply_shading_ratio`; the engine smooths the grid over time in between. Both halves have a CuPy path
+(gpu_ops/kernels/color_transfer.cu); the Lab transfer round-trips.
 """
 
 import logging
@@ -26,6 +28,7 @@ logger = logging.getLogger(__name__)
 
 Image = NDArray[np.uint8]
 Weights = NDArray[np.float32]
+Ratio = NDArray[np.float32]  # [gh, gw, 3] target/source low-frequency ratio per coarse cell
 
 SHADING_RATIO_LIMITS = (0.3, 3.0)  # beyond these the source and target are not the same surface
 _RATIO_OFFSET = 6.0  # levels added to both sides: keeps dark pixels from exploding the ratio
@@ -59,16 +62,29 @@ def shading_grid(size: tuple[int, int], cell_px: float) -> tuple[int, int]:
 
 def match_shading_cpu(patch: Image, reference: Image, weights: Weights, *, cell_px: float = 16.0) -> Image:
     """`patch` relit so its low-frequency shading equals `reference`'s (see module docstring)."""
+    grid = shading_grid((patch.shape[1], patch.shape[0]), cell_px)
+    return apply_shading_ratio_cpu(patch, shading_ratio_cpu(patch, reference, weights, grid))
+
+
+def shading_ratio_cpu(patch: Image, reference: Image, weights: Weights, grid: tuple[int, int]) -> Ratio:
+    """The [gh, gw, 3] float32 ratio target/source of the low frequencies on a (gw, gh) grid.
+
+    The first half of `match_shading_cpu`, apart so a stream can smooth the ratio over time before
+    `apply_shading_ratio_cpu` uses it (skin tone must not pump from frame to frame).
+    """
     _check(patch, reference, weights)
-    height, width = patch.shape[:2]
-    grid = shading_grid((width, height), cell_px)
     weights = np.ascontiguousarray(weights, np.float32)
-    patch_float = patch.astype(np.float32)
-    low_patch = _low_frequency(patch_float, weights, grid)
+    low_patch = _low_frequency(patch.astype(np.float32), weights, grid)
     low_reference = _low_frequency(reference.astype(np.float32), weights, grid)
     ratio = np.clip((low_reference + _RATIO_OFFSET) / (low_patch + _RATIO_OFFSET), *SHADING_RATIO_LIMITS)
+    return np.ascontiguousarray(ratio, np.float32)
+
+
+def apply_shading_ratio_cpu(patch: Image, ratio: Ratio) -> Image:
+    """`patch` times the ratio grid upsampled to its size (cv2.resize INTER_LINEAR), rounded to uint8."""
+    height, width = patch.shape[:2]
     ratio_full = cv2.resize(ratio, (width, height), interpolation=cv2.INTER_LINEAR)
-    return np.clip(patch_float * ratio_full + 0.5, 0, 255).astype(np.uint8)
+    return np.clip(patch.astype(np.float32) * ratio_full + 0.5, 0, 255).astype(np.uint8)
 
 
 def transfer_lab_statistics_cpu(patch: Image, reference: Image, weights: Weights) -> Image:
@@ -101,18 +117,21 @@ def match_shading_gpu(patch: Any, reference: Any, weights: Any, *, cell_px: floa
 
     `reference` may be a strided view (a box of the frame); nothing is copied to the host.
     """
+    grid = shading_grid((int(patch.shape[1]), int(patch.shape[0])), cell_px)
+    return apply_shading_ratio_gpu(patch, shading_ratio_gpu(patch, reference, weights, grid))
+
+
+def shading_ratio_gpu(patch: Any, reference: Any, weights: Any, grid: tuple[int, int]) -> Any:
+    """`shading_ratio_cpu` on the device: a CuPy [gh, gw, 3] ratio (cells and ratio kernels)."""
     cupy = require_cupy()
     patch, reference = _pixel_rows(cupy, patch), _pixel_rows(cupy, reference)
     weights = cupy.ascontiguousarray(cupy.asarray(weights, cupy.float32))
     _check(patch, reference, weights)
     height, width = patch.shape[:2]
-    grid_width, grid_height = shading_grid((width, height), cell_px)
+    grid_width, grid_height = grid
     cells = cupy.empty((grid_height, grid_width, 7), cupy.float32)
     ratio = cupy.empty((grid_height, grid_width, 3), cupy.float32)
-    out = cupy.empty((height, width, 3), cupy.uint8)
-    # cv2.resize's own scales: 1 / (dst / src), in double precision
-    area_x, area_y = 1.0 / (grid_width / width), 1.0 / (grid_height / height)
-    linear_x, linear_y = 1.0 / (width / grid_width), 1.0 / (height / grid_height)
+    area_x, area_y = 1.0 / (grid_width / width), 1.0 / (grid_height / height)  # cv2.resize's own scales
     cell_grid = ((grid_width + 15) // 16, (grid_height + 15) // 16, 1)
     get_kernel("color_transfer", "shading_cells")(
         cell_grid, (16, 16, 1),
@@ -127,6 +146,18 @@ def match_shading_gpu(patch: Any, reference: Any, weights: Any, *, cell_px: floa
         (cells, np.int32(grid_width), np.int32(grid_height), gaussian, np.int32(gaussian.size),
          np.float32(low), np.float32(high), np.float32(_RATIO_OFFSET), ratio),
     )  # fmt: skip
+    return ratio
+
+
+def apply_shading_ratio_gpu(patch: Any, ratio: Any) -> Any:
+    """`apply_shading_ratio_cpu` on the device (the apply_shading kernel); CuPy in and out."""
+    cupy = require_cupy()
+    patch = _pixel_rows(cupy, patch)
+    ratio = cupy.ascontiguousarray(cupy.asarray(ratio, cupy.float32))
+    height, width = patch.shape[:2]
+    grid_height, grid_width = ratio.shape[:2]
+    out = cupy.empty((height, width, 3), cupy.uint8)
+    linear_x, linear_y = 1.0 / (width / grid_width), 1.0 / (height / grid_height)
     get_kernel("color_transfer", "apply_shading")(
         ((width + 31) // 32, (height + 7) // 8, 1), (32, 8, 1),
         (patch, np.int32(patch.strides[0]), ratio, np.int32(grid_width), np.int32(grid_height),
@@ -148,6 +179,20 @@ def match_shading(patch: Any, reference: Any, weights: Any, *, cell_px: float = 
     if is_device_array(patch):
         return match_shading_gpu(patch, reference, weights, cell_px=cell_px)
     return match_shading_cpu(patch, reference, weights, cell_px=cell_px)
+
+
+def shading_ratio(patch: Any, reference: Any, weights: Any, grid: tuple[int, int]) -> Any:
+    """Dispatcher: `shading_ratio_gpu` for CuPy input, else `shading_ratio_cpu`."""
+    if is_device_array(patch):
+        return shading_ratio_gpu(patch, reference, weights, grid)
+    return shading_ratio_cpu(patch, reference, weights, grid)
+
+
+def apply_shading_ratio(patch: Any, ratio: Any) -> Any:
+    """Dispatcher: `apply_shading_ratio_gpu` for CuPy input, else `apply_shading_ratio_cpu`."""
+    if is_device_array(patch):
+        return apply_shading_ratio_gpu(patch, ratio)
+    return apply_shading_ratio_cpu(patch, ratio)
 
 
 def transfer_lab_statistics(patch: Any, reference: Any, weights: Any) -> Any:

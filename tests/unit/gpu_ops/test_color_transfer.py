@@ -7,9 +7,13 @@ from numpy.typing import NDArray
 
 from gpu_ops.backend import cupy_available
 from gpu_ops.color_transfer import (
+    apply_shading_ratio,
+    apply_shading_ratio_cpu,
     match_shading,
     match_shading_cpu,
     shading_grid,
+    shading_ratio,
+    shading_ratio_cpu,
     transfer_lab_statistics_cpu,
 )
 from gpu_ops.errors import InvalidFrameError
@@ -63,6 +67,23 @@ def test_match_shading_ignores_pixels_with_zero_weight() -> None:
     assert np.abs(result[:, :100].astype(int) - patch[:, :100]).max() <= 2
 
 
+def test_ratio_then_apply_is_match_shading_and_takes_any_grid() -> None:
+    patch = render(detail(7), light(1.0, (1.0, 0.8, 0.7)))
+    reference = render(detail(8), light(-1.0, (0.9, 0.9, 1.0)))
+    weights = np.ones((SIZE, SIZE), np.float32)
+    grid = shading_grid((SIZE, SIZE), 20.0)
+    ratio = shading_ratio_cpu(patch, reference, weights, grid)
+    assert ratio.shape == (grid[1], grid[0], 3) and ratio.dtype == np.float32
+    np.testing.assert_array_equal(
+        apply_shading_ratio_cpu(patch, ratio), match_shading_cpu(patch, reference, weights, cell_px=20.0)
+    )
+    # a stream keeps its grid while the face box changes shape: any (gw, gh) is accepted
+    uneven = shading_ratio(patch, reference, weights, (3, 7))
+    assert uneven.shape == (7, 3, 3)
+    relit = apply_shading_ratio(patch, uneven)
+    assert relit.shape == patch.shape and np.abs(relit.astype(int) - patch).mean() > 5
+
+
 def test_lab_transfer_matches_weighted_mean_and_spread() -> None:
     rng = np.random.default_rng(4)
     patch = rng.integers(40, 120, (64, 64, 3), dtype=np.uint8)
@@ -111,3 +132,19 @@ def test_match_shading_on_the_device_is_within_one_level() -> None:
     )
     assert isinstance(result, cupy.ndarray)
     assert np.abs(cupy.asnumpy(result).astype(int) - expected).max() <= 1
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUPY_OK, reason=CUPY_REASON)
+def test_shading_ratio_and_apply_on_the_device_match_the_cpu() -> None:
+    import cupy
+
+    patch = render(detail(9), light(1.0, (1.0, 0.8, 0.7)))
+    reference = render(detail(10), light(-1.0, (0.9, 0.85, 0.8)))
+    weights = np.zeros((SIZE, SIZE), np.float32)
+    cv2.circle(weights, (SIZE // 2, SIZE // 2), SIZE // 3, 1.0, -1)
+    expected_ratio = shading_ratio_cpu(patch, reference, weights, (4, 5))
+    ratio = shading_ratio(cupy.asarray(patch), cupy.asarray(reference), cupy.asarray(weights), (4, 5))
+    np.testing.assert_allclose(cupy.asnumpy(ratio), expected_ratio, rtol=1e-4)
+    relit = apply_shading_ratio(cupy.asarray(patch), ratio)
+    assert np.abs(cupy.asnumpy(relit).astype(int) - apply_shading_ratio_cpu(patch, expected_ratio)).max() <= 1
