@@ -38,6 +38,12 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
         help="ONNX Runtime provider",
     )
     parser.add_argument("--device-id", type=int, default=0, help="GPU index for cuda/tensorrt")
+    parser.add_argument(
+        "--intra-op-threads",
+        type=int,
+        default=0,
+        help="ONNX Runtime threads per model (0: 1 up to 4 cores, else a quarter of them; never spinning)",
+    )
 
 
 def add_swap_options(parser: argparse.ArgumentParser) -> None:

@@ -3,9 +3,15 @@
 ORT silently falls back to the CPU provider when CUDA cannot load; a daemon that thinks it is on the GPU
 while running on two CPU cores is worse than one that refuses, so an explicit `cuda`/`tensorrt` request
 that does not end up active raises `GpuUnavailableError`.
+
+Thread counts are chosen here too (`plan_threads`): ORT's default, one intra-op thread per core that
+spin-waits after every run, took 1.3 of this 2-core machine's cores during a live call and left the
+codec threads starved; one thread per session and no spinning did the same work in 0.6 of a core
+(docs/benchmarks.md, "Where a live call's CPU goes").
 """
 
 import logging
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,10 +40,45 @@ class InferenceConfig:
 
     execution_provider: ExecutionProvider = "cpu"
     device_id: int = 0
-    intra_op_threads: int = 0  # 0: ORT's default (all cores)
+    intra_op_threads: int = 0  # 0: chosen for the cores by plan_threads
+    allow_spinning: bool = False  # intra-op threads busy-wait between runs (ORT's default: on)
     user_compute_stream: int | None = None
     tensorrt_cache_dir: str | None = None
     cuda_graphs: bool = False
+
+
+@dataclass(frozen=True)
+class ThreadPlan:
+    """Intra-op threads and spin-waiting of every session, and why (logged with each session)."""
+
+    intra_op_threads: int
+    allow_spinning: bool
+    reason: str
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (its affinity mask, which containers and taskset narrow)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def plan_threads(config: InferenceConfig, cores: int | None = None) -> ThreadPlan:
+    """The worker thread runs one session at a time while decoders and encoders run beside it: a few
+    intra-op threads help a frame's latency on many cores, but on a few cores every extra (spinning)
+    thread is taken from the codecs. So: 1 thread up to 4 cores, then a quarter of the cores (at most
+    4); no spinning unless asked. An explicit count wins."""
+    cores = usable_cores() if cores is None else cores
+    if config.intra_op_threads > 0:
+        threads, reason = config.intra_op_threads, "set by --intra-op-threads"
+    elif config.execution_provider != "cpu":
+        threads, reason = 1, "the GPU runs the graph; CPU threads only for host-side nodes"
+    elif cores <= 4:
+        threads, reason = 1, f"{cores} cores: extra ORT threads would take them from the codecs"
+    else:
+        threads, reason = min(4, cores // 4), f"{cores} cores: a quarter for each session's intra-op pool"
+    return ThreadPlan(threads, config.allow_spinning, reason)
 
 
 def available_providers() -> list[str]:
@@ -109,8 +150,12 @@ def create_session(model_path: Path, spec: ModelSpec, config: InferenceConfig) -
     """Build a session for an already verified file, check its contract and log the active provider."""
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    if config.intra_op_threads:
-        options.intra_op_num_threads = config.intra_op_threads
+    threads = plan_threads(config)
+    options.intra_op_num_threads = threads.intra_op_threads
+    options.inter_op_num_threads = 1  # sequential execution: no inter-op pool is used
+    spinning = "1" if threads.allow_spinning else "0"
+    options.add_session_config_entry("session.intra_op.allow_spinning", spinning)
+    options.add_session_config_entry("session.inter_op.allow_spinning", spinning)
     options.log_severity_level = 3  # ORT's own warnings are noise here; we log what matters ourselves
     requested = _ORT_NAMES[config.execution_provider]
     chain = provider_chain(config)
@@ -134,11 +179,14 @@ def create_session(model_path: Path, spec: ModelSpec, config: InferenceConfig) -
         )
     check_contract(session, spec)
     logger.info(
-        "model %s loaded from %s on %s in %.0f ms",
+        "model %s loaded from %s on %s in %.0f ms; %d intra-op thread(s), spinning %s (%s)",
         spec.name,
         model_path,
         active[0],
         (time.perf_counter() - started) * 1000.0,
+        threads.intra_op_threads,
+        "on" if threads.allow_spinning else "off",
+        threads.reason,
     )
     return session
 

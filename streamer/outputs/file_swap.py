@@ -44,6 +44,7 @@ def pipeline_config_from_args(args: argparse.Namespace, *, detect_every: int = 2
         engine=args.engine,
         swapper_model=args.swapper_model,
         detect_every=detect_every,
+        intra_op_threads=getattr(args, "intra_op_threads", 0),
     )
 
 
