@@ -16,6 +16,7 @@ from aiortc.mediastreams import MediaStreamError
 from av import VideoFrame
 
 from models.face import Frame
+from streamer.realtime.frame_conversion import Swscale
 from streamer.transport.ice_addresses import restrict_ice_addresses
 from streamer.transport.jitter_marker import install_marker_release
 
@@ -44,6 +45,7 @@ class LoopbackClient:
         self.audio_frames_received = 0
         self._arrived = asyncio.Condition()
         self._readers: list[asyncio.Task[None]] = []
+        self._swscale = Swscale()  # kept contexts: the client shares this machine's cores with the daemon
 
     async def __aenter__(self) -> Self:
         restrict_ice_addresses(["127.0.0.1"])
@@ -98,7 +100,7 @@ class LoopbackClient:
                 return
             assert isinstance(frame, VideoFrame)
             arrived_ms = now_ms()
-            self._on_video(np.asarray(frame.to_ndarray(format="rgb24"), dtype=np.uint8), arrived_ms)
+            self._on_video(np.asarray(self._swscale.to_rgb(frame), dtype=np.uint8), arrived_ms)
             self.video_received += 1
             async with self._arrived:
                 self._arrived.notify_all()

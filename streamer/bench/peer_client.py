@@ -27,6 +27,7 @@ from models.face import Frame
 from streamer.bench.loopback_client import LoopbackClient
 from streamer.bench.loopback_client import now_ms as clock_ms
 from streamer.outputs.frame_stamp import STAMP_WIDTH, read_stamp, write_stamp
+from streamer.realtime.frame_conversion import Swscale
 
 logger = logging.getLogger(__name__)
 
@@ -84,6 +85,7 @@ class StampedFrameTrack(MediaStreamTrack):
         self._index = 0
         self._started: float | None = None
         self.sent_ms: dict[int, float] = {}
+        self._swscale = Swscale()
 
     async def recv(self) -> VideoFrame:
         if self.readyState != "live":
@@ -103,7 +105,7 @@ class StampedFrameTrack(MediaStreamTrack):
         self.sent_ms[stamp] = now_ms
         if len(self.sent_ms) > SENT_HISTORY:
             self.sent_ms.pop(next(iter(self.sent_ms)))
-        frame = VideoFrame.from_ndarray(rgb, format="rgb24").reformat(format="yuv420p")
+        frame = self._swscale.to_yuv420p(rgb)
         frame.pts = int(self._index * VIDEO_CLOCK / self._fps)
         frame.time_base = fractions.Fraction(1, VIDEO_CLOCK)
         self._index += 1

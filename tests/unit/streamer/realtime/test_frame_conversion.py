@@ -126,3 +126,24 @@ def test_frame_path_choice_follows_the_backend() -> None:
     assert isinstance(mirror, DeviceFrameConversion) and mirror.describe() == "device (numpy mirror)"
     with pytest.raises(InvalidInputError, match="frame path"):
         choose_frame_conversion("gpu", cpu)  # type: ignore[arg-type]
+
+
+def test_host_path_keeps_its_contexts_and_gives_pyavs_pixels(media_dir: Path) -> None:
+    """Kept swscale contexts (one pair per session, one slice thread) change nothing in the pictures:
+    the same pixels as PyAV's per-frame conversions, for sessions of different sizes side by side and
+    for a tagged BT.709 full-range frame."""
+    conversion = HostFrameConversion()
+    tagged = photo_frame(media_dir, 64, 48)
+    tagged.colorspace, tagged.color_range = AV_COLORSPACE_BT709, AV_COLOR_RANGE_FULL
+    frames = {"a": photo_frame(media_dir, 320, 240), "b": photo_frame(media_dir, 100, 60), "c": tagged}
+    for _ in range(2):
+        for session_id, frame in frames.items():
+            rgb = conversion.to_pipeline(session_id, frame)
+            assert np.array_equal(rgb, frame.to_ndarray(format="rgb24"))
+            out = conversion.to_video_frame(session_id, rgb, frame)
+            expected = VideoFrame.from_ndarray(rgb, format="rgb24").reformat(format="yuv420p")
+            assert out.pts == frame.pts and out.time_base == frame.time_base
+            for got, want in zip(planes_of_video_frame(out), planes_of_video_frame(expected)):
+                assert np.array_equal(got, want)
+    conversion.forget("a")
+    assert np.array_equal(conversion.to_pipeline("a", frames["a"]), frames["a"].to_ndarray(format="rgb24"))
