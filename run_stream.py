@@ -85,6 +85,44 @@ def add_hardening_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_network_options(parser: argparse.ArgumentParser) -> None:
+    """NAT traversal and routing flags of `serve` (docs/deploy.md); each falls back to its variable and is
+    checked in web/network_config.py."""
+    parser.add_argument(
+        "--ice-servers",
+        metavar="URLS",
+        help="comma-separated stun:/turn:/turns: URLs for the daemon's peers and its clients "
+        "(else $LIVEFUSE_ICE_SERVERS)",
+    )
+    parser.add_argument(
+        "--turn-secret",
+        help="coturn's static-auth-secret: short-lived TURN credentials per client "
+        "(else $LIVEFUSE_TURN_SECRET, which keeps it out of `ps`)",
+    )
+    parser.add_argument(
+        "--turn-ttl",
+        metavar="SECONDS",
+        help="how long each TURN credential is valid for new allocations "
+        "(default 3600; else $LIVEFUSE_TURN_TTL)",
+    )
+    parser.add_argument(
+        "--ice-port-range",
+        metavar="MIN-MAX",
+        help="UDP ports of the daemon's host candidates, e.g. 50000-50099 (else $LIVEFUSE_ICE_PORT_RANGE)",
+    )
+    parser.add_argument(
+        "--public-address",
+        metavar="IP",
+        help="address shown in host candidates behind 1:1 NAT (else $LIVEFUSE_PUBLIC_ADDRESS)",
+    )
+    parser.add_argument(
+        "--public-url",
+        metavar="URL",
+        help="this daemon's external base URL: Location headers point there, so a call's later requests "
+        "reach this daemon behind a proxy (else $LIVEFUSE_PUBLIC_URL)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="run_stream.py", description="livefuse: real-time face swap")
     parser.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
@@ -120,6 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
         "host (libswscale) on the CPU; device on a CPU runs the GPU path's NumPy mirrors",
     )
     add_hardening_options(serve)
+    add_network_options(serve)
     add_model_options(serve)
     add_swap_options(serve)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from aiohttp import web
 
 from streamer.realtime.metrics import DaemonMetrics
-from web import observability, signaling, viewer, whep, whip
+from web import ice_servers, observability, signaling, viewer, whep, whip
 from web.app_keys import CONFIG_KEY, ENGINE_KEY, METRICS_KEY
 from web.auth import access_middlewares
 from web.daemon_config import DaemonConfig
@@ -24,7 +24,7 @@ def create_app(config: DaemonConfig, load_binding: LoadBinding) -> web.Applicati
     app[METRICS_KEY] = DaemonMetrics()
 
     async def engine_context(app: web.Application) -> AsyncIterator[None]:
-        install_transport_fixes(config.ice_addresses)
+        install_transport_fixes(config)
         engine = DaemonEngine(config, app[METRICS_KEY], load_binding)
         app[ENGINE_KEY] = engine
         engine.start()
@@ -39,6 +39,7 @@ def create_app(config: DaemonConfig, load_binding: LoadBinding) -> web.Applicati
     app.cleanup_ctx.append(idle_reaper_context)
     observability.add_routes(app)
     signaling.add_routes(app)
+    ice_servers.add_routes(app)
     whip.add_routes(app)  # WHIP ingest, WHEP egress, viewer page
     whep.add_routes(app)
     viewer.add_routes(app)

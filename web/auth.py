@@ -2,9 +2,10 @@
 
 With a token configured (`serve --token` or $LIVEFUSE_TOKEN) every route answers 401 without
 `Authorization: Bearer <token>`, except a tiny explicit public set: the page (`GET /`, `/static/*`), the
-viewer page's HTML (`GET /view/{id}`, one path segment only) and `GET /health`. The decision is made on the
-route that matched, never on string prefixes of the raw path, and unknown paths are 401 too (no route
-probing without the token). The token is compared in constant time (hmac.compare_digest of sha256
+viewer page's HTML (`GET /view/{id}`, one path segment only), `GET /health` and `GET /ready` (probes and
+proxy health checks carry no token; /ready says only whether a new call is welcome). The decision is made
+on the route that matched, never on string prefixes of the raw path, and unknown paths are 401 too (no
+route probing without the token). The token is compared in constant time (hmac.compare_digest of sha256
 digests, so its length does not leak either); logs and audit lines carry only its id, the first 8 hex of
 its sha256. CORS is off (no headers at all) unless origins are listed; then only those origins get CORS
 headers, and their preflights are answered here, before the token check (browsers send none).
@@ -34,7 +35,7 @@ logger = logging.getLogger(__name__)
 
 TOKEN_ENV = "LIVEFUSE_TOKEN"
 TOKEN_ID_KEY = web.RequestKey("token_id", str)
-PUBLIC_GET_PATHS = frozenset({"/", "/health"})
+PUBLIC_GET_PATHS = frozenset({"/", "/health", "/ready"})  # probes and health checks send no token
 VIEWER_PAGE = re.compile(r"^/view/[^/]+$")  # the viewer's HTML only, never its API below it
 CORS_METHODS = "GET, POST, PUT, PATCH, DELETE, OPTIONS"
 CORS_HEADERS = "Authorization, Content-Type, If-Match"

@@ -5,6 +5,8 @@ from pathlib import Path
 
 from streamer.realtime.frame_conversion import FramePathChoice
 from streamer.realtime.micro_batcher import BatchPolicy
+from streamer.transport.ice_host_candidates import PortRange
+from streamer.transport.ice_servers import IceServerPlan
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 
@@ -26,3 +28,13 @@ class DaemonConfig:
     default_source: Path | None = None  # serve --source: the face set on every new WHIP stream
     batch_policy: BatchPolicy = field(default_factory=BatchPolicy)  # serve --batch-wait-ms
     frame_path: FramePathChoice = "auto"  # serve --frame-path
+    # NAT traversal and routing behind a proxy (web/network_config.py; docs/deploy.md)
+    ice: IceServerPlan = field(default_factory=IceServerPlan)  # --ice-servers, --turn-secret, --turn-ttl
+    ice_port_range: PortRange | None = None  # --ice-port-range: host candidates bound only here
+    public_address: str | None = None  # --public-address: shown in host candidates (1:1 NAT)
+    public_url: str | None = None  # --public-url: absolute base of Location headers; None: paths
+
+    def location(self, path: str) -> str:
+        """A `Location` for `path` (/api/sessions/ID, /whip/ID...): under --public-url when set, so a
+        call's later requests reach this daemon behind a proxy; else the path as it is."""
+        return f"{self.public_url}{path}" if self.public_url else path

@@ -12,6 +12,7 @@ from streamer.realtime.pipeline_binding import PipelineBinding
 from streamer.realtime.session_registry import SessionRegistry
 from streamer.transport.codec_tuning import install_codec_tuning
 from streamer.transport.ice_addresses import restrict_ice_addresses
+from streamer.transport.ice_host_candidates import advertise_public_address, restrict_ice_ports
 from streamer.transport.jitter_marker import install_marker_release
 from web.daemon_config import DaemonConfig
 
@@ -41,9 +42,22 @@ class DaemonEngine:
 
     @property
     def ready(self) -> bool:
+        """The models are in and the worker runs: sessions can be opened and found."""
         return (
             self.registry is not None and self.worker is not None and self.worker.running and not self._closed
         )
+
+    def unready_reason(self) -> str | None:
+        """Why a new call should go elsewhere now (`/ready` answers 503 with it); None: take it."""
+        if self._closed or self.draining:
+            return "draining: this daemon is shutting down"
+        if self.registry is None:
+            return "models are still loading"
+        if not self.ready:
+            return "the frame worker is not running"
+        if len(self.registry) >= self.config.max_sessions:
+            return f"at capacity: all {self.config.max_sessions} session slots are in use"
+        return None
 
     def start(self) -> None:
         self._loader = asyncio.create_task(self._load(), name="load-pipeline")
@@ -103,6 +117,7 @@ class DaemonEngine:
             self.metrics,
             idle_timeout_s=self.config.idle_timeout_s,
             on_ended=on_ended,
+            rtc_configuration=self.config.ice.rtc_configuration(session_id),
         )
 
     async def close(self) -> None:
@@ -121,9 +136,18 @@ class DaemonEngine:
         logger.info("engine closed", extra={"event": "shutdown"})
 
 
-def install_transport_fixes(ice_addresses: tuple[str, ...]) -> None:
-    """The aiortc latency fixes and the ICE address rule (process-wide, idempotent)."""
+def install_transport_fixes(config: DaemonConfig) -> None:
+    """The aiortc latency fixes and the ICE host candidate rules: addresses, port range, public address
+    (process-wide, idempotent; a range or address left unset restores aioice's own behaviour)."""
     install_marker_release()
     install_codec_tuning()
-    if ice_addresses:
-        restrict_ice_addresses(ice_addresses)
+    if config.ice_addresses:
+        restrict_ice_addresses(config.ice_addresses)
+    restrict_ice_ports(config.ice_port_range)
+    advertise_public_address(config.public_address)
+    logger.info(
+        "ICE servers: %s; Location headers: %s",
+        config.ice.describe(),
+        config.public_url or "relative paths (no --public-url)",
+        extra={"event": "ice_config"},
+    )

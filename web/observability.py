@@ -1,5 +1,8 @@
 """Liveness, readiness and Prometheus metrics. `/health` touches nothing but the loop, so it answers
-within milliseconds however busy the worker is."""
+within milliseconds however busy the worker is. `/ready` says whether this daemon should get a NEW call:
+503 while the models load, while draining and at `--max-sessions`, so a proxy's health check or a
+Kubernetes readiness probe sends new calls elsewhere; both answer without the token (web/auth.py).
+`/metrics` needs it."""
 
 from aiohttp import web
 
@@ -14,8 +17,10 @@ async def health(request: web.Request) -> web.Response:
 
 async def ready(request: web.Request) -> web.Response:
     engine = request.app.get(ENGINE_KEY)
-    is_ready = engine is not None and engine.ready and not engine.draining  # a draining daemon takes no calls
-    return web.json_response({"ready": is_ready}, status=200 if is_ready else 503)
+    reason = engine.unready_reason() if engine is not None else "starting"
+    if reason is None:
+        return web.json_response({"ready": True})
+    return web.json_response({"ready": False, "reason": reason}, status=503)
 
 
 async def metrics(request: web.Request) -> web.Response:

@@ -21,6 +21,7 @@ from streamer.realtime.pipeline_binding import PipelineBinding
 from web.app import create_app
 from web.app_keys import CONFIG_KEY, ENGINE_KEY
 from web.daemon_config import DaemonConfig
+from web.network_config import network_fields
 
 logger = logging.getLogger(__name__)
 
@@ -33,6 +34,7 @@ def config_from_args(args: argparse.Namespace) -> DaemonConfig:
         batch_policy=batch_policy_from_args(args),
         frame_path=getattr(args, "frame_path", "auto"),
         **hardening_fields(args),
+        **network_fields(args),
     )
 
 

@@ -1,5 +1,6 @@
-"""Session REST routes: offer/answer (JSON or application/sdp, WHIP-style 201 + Location), end, source
-upload, settings, stats, and client-reported latency. The contract is the page's: keep them in step.
+"""Session REST routes: offer/answer (JSON or application/sdp, WHIP-style 201 + Location, absolute under
+--public-url, and ICE server Links), end, source upload, settings, stats, and client-reported latency.
+The contract is the page's: keep them in step.
 """
 
 import asyncio
@@ -21,6 +22,7 @@ from streamer.pipeline.swap_engines.base import NoFaceError
 from streamer.realtime.peer_session import PeerSession
 from streamer.realtime.session_registry import SessionLimitError, SessionRegistry
 from web.app_keys import CONFIG_KEY, ENGINE_KEY, METRICS_KEY
+from web.ice_servers import offer_answer_headers
 from web.limits import check_upload_name
 
 logger = logging.getLogger(__name__)
@@ -88,15 +90,13 @@ async def create_session(request: web.Request) -> web.Response:
         return error_response(503, str(error), **{"Retry-After": RETRY_AFTER_S})
     except _BAD_OFFER_ERRORS as error:
         return error_response(400, f"bad offer: {error}")
-    location = f"/api/sessions/{session.session_id}"
+    headers = offer_answer_headers(
+        request, f"/api/sessions/{session.session_id}", f"{session.session_id}-client"
+    )
     if request.content_type == SDP_CONTENT_TYPE:
-        return web.Response(
-            status=201, text=answer.sdp, content_type=SDP_CONTENT_TYPE, headers={"Location": location}
-        )
+        return web.Response(status=201, text=answer.sdp, content_type=SDP_CONTENT_TYPE, headers=headers)
     return web.json_response(
-        {"id": session.session_id, "sdp": answer.sdp, "type": answer.type},
-        status=201,
-        headers={"Location": location},
+        {"id": session.session_id, "sdp": answer.sdp, "type": answer.type}, status=201, headers=headers
     )
 
 

@@ -1,5 +1,7 @@
 """WHEP egress: a player POSTs a recvonly SDP offer to `/whep/{id}` and gets `201 Created`, the answer
-and `Location: /whep/{id}/{viewer_id}`; DELETE on that location ends that viewer only.
+and `Location: /whep/{id}/{viewer_id}` (absolute under --public-url) with the ICE servers as
+`Link: rel="ice-server"` headers; DELETE on that location ends that viewer only. A session is watched on
+the daemon that holds it: behind a proxy, at the base of its WHIP or session Location.
 
 Any session can be watched: a browser call, a WHIP stream, or `latest` (the newest live WHIP stream, so an
 OBS Browser Source URL survives OBS restarting its stream). Viewers get the session's swapped video and
@@ -9,12 +11,15 @@ Trickle: PATCH bodies are applied like WHIP's (the answer already carries every 
 """
 
 import logging
+import secrets
 
 from aiohttp import web
 from aiortc import RTCIceCandidate
 
 from streamer.realtime.peer_session import PeerSession
 from streamer.realtime.session_outputs import ViewerLimitError
+from web.app_keys import CONFIG_KEY
+from web.ice_servers import offer_answer_headers
 from web.signaling import error_response, ready_registry
 from web.whip import (
     BAD_OFFER_ERRORS,
@@ -44,23 +49,23 @@ async def post_whep(request: web.Request) -> web.Response:
     session = watched_session(request.app, session_id)
     if session is None:
         return error_response(404, f"no session {session_id!r}")
+    ice = request.app[CONFIG_KEY].ice
     try:
         offer = parse_sdp_offer(await request.text())
-        viewer_id, answer = await session.outputs.add_viewer(offer)
+        rtc_configuration = ice.rtc_configuration(f"{session.session_id}-view-{secrets.token_hex(4)}")
+        viewer_id, answer = await session.outputs.add_viewer(offer, rtc_configuration)
     except ViewerLimitError as error:
         return error_response(503, str(error), **{"Retry-After": RETRY_AFTER_S})
     except BAD_OFFER_ERRORS as error:
         return error_response(400, f"bad offer: {error}")
-    return web.Response(
-        status=201,
-        text=answer.sdp,
-        content_type=SDP_CONTENT_TYPE,
-        headers={
-            "Location": f"/whep/{session.session_id}/{viewer_id}",
-            "ETag": f'"{viewer_id}"',
-            "X-Session-Id": session.session_id,
-        },
+    headers = offer_answer_headers(
+        request,
+        f"/whep/{session.session_id}/{viewer_id}",
+        f"{viewer_id}-client",
+        ETag=f'"{viewer_id}"',
+        **{"X-Session-Id": session.session_id},
     )
+    return web.Response(status=201, text=answer.sdp, content_type=SDP_CONTENT_TYPE, headers=headers)
 
 
 def _viewer_of(request: web.Request) -> tuple[PeerSession, str] | None:

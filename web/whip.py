@@ -1,6 +1,7 @@
 """WHIP ingest (RFC 9725): a publisher such as OBS 30+ POSTs an SDP offer to `/whip` and gets `201
-Created`, the answer and `Location: /whip/{id}`; DELETE on that location ends the stream, PATCH carries
-trickled ICE candidates.
+Created`, the answer and `Location: /whip/{id}` (absolute under --public-url, so it names this daemon
+behind a proxy) with the ICE servers as `Link: rel="ice-server"` headers; DELETE on that location ends
+the stream, PATCH carries trickled ICE candidates.
 
 A WHIP stream is an ordinary session of the SessionRegistry (same worker, engine, limits, REST API under
 /api/sessions/{id}) whose peer only sends: the answer is recvonly, and the swapped video goes to the
@@ -31,6 +32,7 @@ from streamer.pipeline.swap_engines.base import NoFaceError
 from streamer.realtime.peer_session import PeerSession
 from streamer.realtime.session_registry import SessionLimitError, SessionRegistry
 from web.app_keys import CONFIG_KEY
+from web.ice_servers import offer_answer_headers
 from web.signaling import error_response, ready_registry
 
 logger = logging.getLogger(__name__)
@@ -139,12 +141,10 @@ async def post_whip(request: web.Request) -> web.Response:
         session.session_id,
         extra={"session_id": session.session_id, "event": "whip_started"},
     )
-    return web.Response(
-        status=201,
-        text=answer.sdp,
-        content_type=SDP_CONTENT_TYPE,
-        headers={"Location": f"/whip/{session.session_id}", "ETag": f'"{session.session_id}"'},
+    headers = offer_answer_headers(
+        request, f"/whip/{session.session_id}", f"{session.session_id}-client", ETag=f'"{session.session_id}"'
     )
+    return web.Response(status=201, text=answer.sdp, content_type=SDP_CONTENT_TYPE, headers=headers)
 
 
 def _whip_session(request: web.Request) -> PeerSession | None:

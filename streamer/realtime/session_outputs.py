@@ -8,8 +8,8 @@ Why this shape:
 - aiortc gives each RTCRtpSender its own encoder and has no way to send one encoded stream to several
   peers (keyframe requests and bitrate estimates are per sender), so viewers share the decoded frames and
   the relay, not the encode.
-- The swapped video enters through a `SwappedTrack` (a queue of 2, oldest dropped), so frames pushed
-  while nobody watches cost nothing and never pile up.
+- The swapped video enters through a `SwappedTrack` (one slot, newest wins), so frames pushed while
+  nobody watches cost nothing and never pile up.
 - aiortc's receive queues are unbounded: a received audio track that nobody reads grows forever (a WHIP
   session's peer never sends audio back). A drain task owned here reads it from the moment it arrives
   into a small queue that the relay reads, so nothing grows whether or not anyone watches, and `close()`
@@ -33,6 +33,7 @@ from streamer.realtime.swapped_track import SwappedTrack
 logger = logging.getLogger(__name__)
 
 MAX_VIEWERS_PER_SESSION = 8
+AUDIO_SLOTS = 4  # 80 ms of 20 ms Opus frames: bursts pass, a stalled reader loses the oldest
 CLOSE_TIMEOUT_S = 5.0  # bound shutdown even if aiortc's close stalls
 
 
@@ -86,7 +87,7 @@ class SessionOutputs:
         """
         if self._closed or self._audio is not None:
             return track
-        self._audio = audio = SwappedTrack()  # the same newest-frames queue, here for audio
+        self._audio = audio = SwappedTrack(slots=AUDIO_SLOTS)  # a short queue: every audio frame is sound
         audio.kind = "audio"
         self._audio_drain = asyncio.create_task(
             self._drain(track, audio), name=f"audio-drain-{self.session_id}"

@@ -137,11 +137,6 @@ def test_startup_and_readiness_turn_200_once_the_models_are_in(daemon: RunningDa
         wait_until(Condition(daemon, path, daemon.token, 200), f"{probe} {path}", min(budget_s, 60), daemon)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 11 item 3: /ready must answer without the bearer token (kubelet probes send none); "
-    "today it is 401 when --token is set. Remove this mark when it is public.",
-)
 def test_readiness_answers_without_the_token(daemon: RunningDaemon) -> None:
     path = statefulset_container()["readinessProbe"]["httpGet"]["path"]
     wait_until(Condition(daemon, path, daemon.token, 200), "ready", 60, daemon)

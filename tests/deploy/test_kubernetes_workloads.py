@@ -5,12 +5,14 @@ import re
 from typing import Any
 
 from tests.deploy.daemon_facts import (
-    PLANNED_ENVIRONMENT,
+    NETWORK_ENVIRONMENT,
+    NETWORK_SERVE_FLAGS,
     argument_value,
     check_serve_arguments,
     environment_read_by_product,
     get_routes,
     public_get_paths,
+    serve_flags,
 )
 from tests.deploy.kustomize import Resource, iter_containers, pod_spec
 from tests.deploy.manifests import (
@@ -60,7 +62,7 @@ def test_probes_ask_routes_the_daemon_serves_on_its_port(resources: list[Resourc
     assert probes["livenessProbe"]["path"] == "/health"
     assert probes["readinessProbe"]["path"] == "/ready" == probes["startupProbe"]["path"]
     assert "/health" in public_get_paths(), "liveness must work without the bearer token"
-    # /ready without the token: test_daemon_contract.py (xfail until issue 11 item 3 makes it public)
+    assert "/ready" in public_get_paths(), "readiness and startup must work without the bearer token"
 
 
 def test_termination_grace_covers_prestop_and_the_daemons_drain(resources: list[Resource]) -> None:
@@ -98,6 +100,12 @@ def test_daemon_arguments_are_flags_of_serve(resources: list[Resource]) -> None:
     assert argument_value(args, "--host") == "0.0.0.0"
 
 
+def test_the_network_flags_and_variables_the_files_set_are_the_daemons() -> None:
+    """--ice-servers, --turn-secret, --public-url ... (issue 11 items 2 and 4) exist, with their variables."""
+    assert NETWORK_SERVE_FLAGS <= serve_flags()
+    assert NETWORK_ENVIRONMENT <= environment_read_by_product()
+
+
 def test_environment_is_what_the_daemon_reads_and_every_reference_resolves(resources: list[Resource]) -> None:
     configs = {resource["metadata"]["name"] for resource in find(resources, "ConfigMap")}
     for item in iter_containers(resources):
@@ -105,7 +113,7 @@ def test_environment_is_what_the_daemon_reads_and_every_reference_resolves(resou
         for variable in item.get("env", []):
             name = variable["name"]
             if name.startswith("LIVEFUSE_"):
-                assert name in environment_read_by_product() | PLANNED_ENVIRONMENT, (
+                assert name in environment_read_by_product(), (
                     f"{name}: nothing reads it"
                 )
             for reference in re.findall(r"\$\((\w+)\)", variable.get("value", "")):

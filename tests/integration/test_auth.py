@@ -22,7 +22,7 @@ from web.daemon_config import DaemonConfig
 from web.serve import hardening_fields
 
 TOKEN = "correct-horse-battery-staple"
-PUBLIC = {("GET", "/"), ("GET", "/health"), ("GET", "/view/x"), ("GET", "/static/app.js")}
+PUBLIC = {("GET", "/"), ("GET", "/health"), ("GET", "/ready"), ("GET", "/view/x"), ("GET", "/static/app.js")}
 
 
 def _requests_for_every_route(app: web.Application) -> list[tuple[str, str]]:
@@ -49,7 +49,7 @@ async def test_every_route_but_the_public_ones_is_401_without_the_token() -> Non
     app = create_app(_config(), lambda: fake_binding())
     requests = _requests_for_every_route(app)
     paths = {path for _, path in requests}
-    assert {"/api/sessions", "/metrics", "/ready", "/api/sessions/x/source"} <= paths
+    assert {"/api/sessions", "/metrics", "/ready", "/api/ice-servers", "/api/sessions/x/source"} <= paths
     assert len(requests) >= 12, requests
     async with serving_app(app) as url, aiohttp.ClientSession() as http:
         for method, path in requests:

@@ -33,6 +33,7 @@ def _app(config: DaemonConfig, static_dir: Path) -> web.Application:
     app = web.Application(middlewares=[*access_middlewares(config), json_errors])
     app.router.add_get("/", _ok)
     app.router.add_get("/health", _ok)
+    app.router.add_get("/ready", _ok)
     app.router.add_get("/metrics", _ok)
     app.router.add_get("/view/{session_id}", _ok)
     app.router.add_post("/view/{session_id}", _ok)
@@ -56,7 +57,7 @@ def test_token_id_is_the_first_8_hex_of_its_sha256_and_compare_is_exact() -> Non
     assert not token_matches(TOKEN + "x", TOKEN) and not token_matches("", TOKEN)
 
 
-@pytest.mark.parametrize("path", ["/", "/health", "/view/abc", "/static/app.js"])
+@pytest.mark.parametrize("path", ["/", "/health", "/ready", "/view/abc", "/static/app.js"])
 async def test_public_pages_answer_without_the_token(client: TestClient, path: str) -> None:  # type: ignore[type-arg]
     async with client.get(path) as response:
         assert response.status == 200

@@ -2,11 +2,15 @@ from collections.abc import AsyncIterator
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
+from aiortc import RTCConfiguration, RTCPeerConnection
 
+from streamer.transport.ice_addresses import restrict_ice_addresses
 from tests.fakes_pipeline import fake_binding
 from web.app import create_app
 from web.app_keys import ENGINE_KEY
 from web.daemon_config import DaemonConfig
+
+TOKEN = "observability-token"
 
 
 @pytest.fixture
@@ -40,7 +44,52 @@ async def test_ready_turns_false_when_the_worker_is_gone(client: TestClient) -> 
     assert engine.worker is not None
     await engine.worker.close()
     response = await client.get("/ready")
-    assert response.status == 503 and await response.json() == {"ready": False}
+    assert response.status == 503
+    assert await response.json() == {"ready": False, "reason": "the frame worker is not running"}
+
+
+async def offer_sdp() -> str:
+    restrict_ice_addresses(["127.0.0.1"])
+    pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
+    try:
+        pc.addTransceiver("video", direction="sendrecv")
+        await pc.setLocalDescription(await pc.createOffer())
+        return pc.localDescription.sdp
+    finally:
+        await pc.close()
+
+
+async def test_ready_is_503_at_max_sessions_and_200_again_when_one_ends() -> None:
+    """A proxy health check or a readiness probe sends new calls elsewhere while this daemon is full; the
+    open calls themselves keep working."""
+    app = create_app(DaemonConfig(max_sessions=2, ice_addresses=("127.0.0.1",), token=TOKEN), fake_binding)
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    async with TestClient(TestServer(app, host="127.0.0.1")) as client:
+        await app[ENGINE_KEY].loaded
+        ids = []
+        for expected in (200, 200, 503):
+            response = await client.get("/ready")  # no token: probes and health checks send none
+            assert response.status == expected
+            if expected == 503:
+                body = await response.json()
+                assert body == {"ready": False, "reason": "at capacity: all 2 session slots are in use"}
+                break
+            created = await client.post(
+                "/api/sessions", json={"sdp": await offer_sdp(), "type": "offer"}, headers=auth
+            )
+            assert created.status == 201
+            ids.append((await created.json())["id"])
+        assert (await client.get(f"/api/sessions/{ids[0]}", headers=auth)).status == 200
+        assert (await client.delete(f"/api/sessions/{ids[0]}", headers=auth)).status == 204
+        assert (await client.get("/ready")).status == 200
+        assert (await client.get("/metrics")).status == 401, "/metrics keeps needing the token"
+
+
+async def test_ready_is_503_while_draining(client: TestClient) -> None:
+    engine = client.app[ENGINE_KEY]  # type: ignore[index]
+    engine.draining = True
+    response = await client.get("/ready")
+    assert response.status == 503 and (await response.json())["reason"].startswith("draining")
 
 
 async def test_page_is_served(client: TestClient) -> None:

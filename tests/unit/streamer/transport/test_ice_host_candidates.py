@@ -1,16 +1,13 @@
 """Host candidates in a port range and under a public address, gathered for real on 127.0.0.1 (a STUN
 server stand-in on loopback answers the server-reflexive query)."""
 
-import asyncio
 import logging
 import random
 import socket
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
 
 import aioice.ice
 import pytest
-from aioice import stun
 from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection
 
 from gpu_ops.errors import InvalidInputError
@@ -21,6 +18,7 @@ from streamer.transport.ice_host_candidates import (
     check_public_address,
     restrict_ice_ports,
 )
+from tests.loopback_stun import stun_server
 
 
 @pytest.fixture(autouse=True)
@@ -50,37 +48,6 @@ def free_range(size: int) -> PortRange:
                 probe.close()
         return PortRange(first, first + size - 1)
     raise AssertionError("no free port range")
-
-
-class StunResponder(asyncio.DatagramProtocol):
-    """Answers BINDING requests with the sender's address, as a STUN server does."""
-
-    def __init__(self) -> None:
-        self.transport: asyncio.DatagramTransport | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]  # a datagram endpoint's transport
-
-    def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
-        request = stun.parse_message(data)
-        response = stun.Message(
-            message_method=stun.Method.BINDING,
-            message_class=stun.Class.RESPONSE,
-            transaction_id=request.transaction_id,
-        )
-        response.attributes["XOR-MAPPED-ADDRESS"] = addr
-        assert self.transport is not None
-        self.transport.sendto(bytes(response), addr)
-
-
-@asynccontextmanager
-async def stun_server() -> AsyncIterator[int]:
-    loop = asyncio.get_running_loop()
-    transport, _ = await loop.create_datagram_endpoint(StunResponder, local_addr=("127.0.0.1", 0))
-    try:
-        yield transport.get_extra_info("sockname")[1]
-    finally:
-        transport.close()
 
 
 async def offer_candidates(configuration: RTCConfiguration | None = None) -> list[list[str]]:

@@ -1,0 +1,46 @@
+"""A STUN server stand-in on 127.0.0.1 for tests whose peers are given STUN/TURN URLs: it answers
+BINDING requests with the sender's address, so gathering finishes at once and no packet leaves loopback
+(a URL naming a real host would send the daemon's queries off the machine)."""
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from aioice import stun
+
+# a TCP port nobody listens on: a turn:...?transport=tcp URL there fails at once (UDP would wait 5 s)
+CLOSED_TCP_PORT = 9
+
+
+class StunResponder(asyncio.DatagramProtocol):
+    """Answers BINDING requests with the sender's address, as a STUN server does."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.DatagramTransport | None = None
+        self.requests = 0
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  # a datagram endpoint's transport
+
+    def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
+        request = stun.parse_message(data)
+        response = stun.Message(
+            message_method=stun.Method.BINDING,
+            message_class=stun.Class.RESPONSE,
+            transaction_id=request.transaction_id,
+        )
+        response.attributes["XOR-MAPPED-ADDRESS"] = addr
+        assert self.transport is not None
+        self.requests += 1
+        self.transport.sendto(bytes(response), addr)
+
+
+@asynccontextmanager
+async def stun_server() -> AsyncIterator[int]:
+    """The UDP port of a STUN stand-in on 127.0.0.1, for the duration of the block."""
+    loop = asyncio.get_running_loop()
+    transport, _ = await loop.create_datagram_endpoint(StunResponder, local_addr=("127.0.0.1", 0))
+    try:
+        yield transport.get_extra_info("sockname")[1]
+    finally:
+        transport.close()
