@@ -1,0 +1,172 @@
+"""Multi-band (Laplacian pyramid) blend: paste a face so its edge does not show.
+
+A single feathered alpha blend has one transition width for every frequency: narrow, and a tone
+difference between source and target shows as a line along the edge; wide, and the source's fine
+detail smears into a ghost. Burt and Adelson's answer is one transition per frequency band: the
+difference D = patch - region is split into a Laplacian pyramid, each band is weighted by its own
+mask, and the weighted bands are summed back onto the region.
+
+Here the masks come from the caller, one per level, finest first (`masks[..., k]`): the engine warps
+them from the source texture, where they were built once, each fading in further inside the face than
+the one before. So near the face's edge (and near the eye and mouth holes) only fine detail of the
+source is added, while the tone (the coarse bands) is the target's; deep inside, all bands together
+give the patch exactly. Nothing leaks outward: a pixel whose finest mask is 0 keeps its value bit for
+bit (what lies outside the face, the target's eyes and inner mouth).
+
+The pyramid of D is built as a normalised convolution with the finest mask as weight: D * w and w are
+reduced together and divided per level, so the coarse bands never see what lies outside the face (the
+source's hair or background in the texture crop, the target's eyes). Reductions are cv2.pyrDown,
+expansions cv2.pyrUp (OpenCV's exact border rules are ported in gpu_ops/kernels/multiband_blend.cu).
+
+In place: `region` (uint8 H x W x 3, may be a view of a frame) receives the blend of `patch` (uint8,
+same shape) with `masks` (float32 H x W x L in [0, 1]); L is 2..MAX_LEVELS. Levels that would be
+smaller than 2 px are dropped (a tiny face gets fewer bands). The CuPy path agrees within 1 level.
+"""
+
+import logging
+from typing import Any
+
+import cv2
+import numpy as np
+from numpy.typing import NDArray
+
+from gpu_ops.backend import get_kernel, is_device_array, require_cupy
+from gpu_ops.errors import InvalidFrameError
+from gpu_ops.masks import blend, blend_cpu
+
+logger = logging.getLogger(__name__)
+
+Image = NDArray[np.uint8]
+LevelMasks = NDArray[np.float32]  # H x W x L, finest level first
+MAX_LEVELS = 5
+MIN_LEVEL_PX = 2  # the coarsest level keeps at least this many pixels across
+WEIGHT_EPSILON = 1e-3  # below this summed weight a coarse pixel has no trusted difference
+_CARRIED = 6  # per coarse pixel: the normalised difference (3) and the blended correction so far (3)
+_BLOCK_2D = (32, 8, 1)
+
+
+def usable_levels(levels: int, width: int, height: int) -> int:
+    """How many of `levels` fit a (w, h) box with every level at least MIN_LEVEL_PX across."""
+    usable, side = 1, min(width, height)
+    while usable < levels and (side + 1) // 2 >= MIN_LEVEL_PX:
+        side = (side + 1) // 2
+        usable += 1
+    return usable
+
+
+def _check(region: Any, patch: Any, masks: Any) -> None:
+    if region.ndim != 3 or region.shape[2] != 3 or region.shape != patch.shape:
+        raise InvalidFrameError(
+            f"multi-band blend needs two equal H x W x 3 images, got {region.shape}, {patch.shape}"
+        )
+    if masks.ndim != 3 or masks.shape[:2] != region.shape[:2] or not 2 <= masks.shape[2] <= MAX_LEVELS:
+        raise InvalidFrameError(
+            f"masks must be H x W x L (L 2..{MAX_LEVELS}) over the region {region.shape[:2]}, got {masks.shape}"
+        )
+
+
+def _normalised(level: NDArray[np.float32]) -> NDArray[np.float32]:
+    """The weighted difference divided by its weight: D where the face is trusted, 0 where it is not."""
+    weight = level[..., 3:4]
+    return np.where(weight > WEIGHT_EPSILON, level[..., :3] / np.maximum(weight, WEIGHT_EPSILON), 0.0).astype(
+        np.float32
+    )
+
+
+def multiband_blend_cpu(region: Image, patch: Image, masks: LevelMasks) -> None:
+    """Blend `patch` into `region` in place, band by band (see module docstring)."""
+    _check(region, patch, masks)
+    height, width = region.shape[:2]
+    levels = usable_levels(masks.shape[2], width, height)
+    weight = np.ascontiguousarray(masks[..., 0], np.float32)
+    if levels == 1:
+        blend_cpu(region, patch, weight)
+        return
+    base = np.empty((height, width, 3 + levels), np.float32)
+    base[..., :3] = (patch.astype(np.float32) - region) * weight[..., None]
+    base[..., 3:] = masks[..., :levels]
+    pyramid: list[NDArray[np.float32]] = [base]
+    for _ in range(levels - 1):
+        pyramid.append(np.asarray(cv2.pyrDown(pyramid[-1]), np.float32))
+    top = pyramid[-1]
+    difference = _normalised(top)
+    carried = np.concatenate([difference, top[..., 2 + levels : 3 + levels] * difference], axis=2)
+    for level_index in range(levels - 2, -1, -1):
+        level = pyramid[level_index]
+        expanded = cv2.pyrUp(carried, dstsize=(level.shape[1], level.shape[0]))
+        difference = _normalised(level)
+        mask = level[..., 3 + level_index : 4 + level_index]
+        correction = mask * (difference - expanded[..., :3]) + expanded[..., 3:]
+        carried = np.concatenate([difference, correction], axis=2)
+    blended = np.clip(region.astype(np.float32) + carried[..., 3:] + 0.5, 0, 255).astype(np.uint8)
+    untouched = weight <= 0.0
+    blended[untouched] = region[untouched]
+    np.copyto(region, blended)
+
+
+def multiband_blend_gpu(region: Any, patch: Any, masks: Any) -> None:
+    """`multiband_blend_cpu` on the device: CuPy region (a view is fine), patch and masks; in place."""
+    cupy = require_cupy()
+    _check(region, patch, masks)
+    height, width = int(region.shape[0]), int(region.shape[1])
+    levels = usable_levels(int(masks.shape[2]), width, height)
+    masks = cupy.ascontiguousarray(cupy.asarray(masks, cupy.float32))
+    if levels == 1:
+        blend(region, patch, cupy.ascontiguousarray(masks[..., 0]))
+        return
+    if region.strides[2] != 1 or region.strides[1] != 3:
+        raise InvalidFrameError("the region must hold packed RGB pixels (any row pitch)")
+    patch = cupy.ascontiguousarray(patch)
+    channels = 3 + levels
+    sizes = [(width, height)]
+    for _ in range(levels - 1):
+        sizes.append(((sizes[-1][0] + 1) // 2, (sizes[-1][1] + 1) // 2))
+    pyramid = [cupy.empty((h, w, channels), cupy.float32) for w, h in sizes]
+    get_kernel("multiband_blend", "blend_base")(
+        _grid(width, height), _BLOCK_2D,
+        (patch, np.int32(patch.strides[0]), region, np.int32(region.strides[0]), masks, np.int32(masks.shape[2]),
+         np.int32(levels), np.int32(width), np.int32(height), pyramid[0]),
+    )  # fmt: skip
+    down = get_kernel("multiband_blend", "pyramid_down")
+    for index in range(1, levels):
+        (w, h), (source_w, source_h) = sizes[index], sizes[index - 1]
+        down(
+            _grid(w, h), _BLOCK_2D,
+            (pyramid[index - 1], np.int32(source_w), np.int32(source_h), np.int32(channels), pyramid[index],
+             np.int32(w), np.int32(h)),
+        )  # fmt: skip
+    top_w, top_h = sizes[-1]
+    carried = cupy.empty((top_h, top_w, _CARRIED), cupy.float32)
+    get_kernel("multiband_blend", "blend_top")(
+        _grid(top_w, top_h), _BLOCK_2D,
+        (pyramid[-1], np.int32(channels), np.int32(levels - 1), np.int32(top_w), np.int32(top_h), carried),
+    )  # fmt: skip
+    collapse = get_kernel("multiband_blend", "blend_collapse")
+    for index in range(levels - 2, 0, -1):
+        w, h = sizes[index]
+        coarse_w, coarse_h = sizes[index + 1]
+        finer = cupy.empty((h, w, _CARRIED), cupy.float32)
+        collapse(
+            _grid(w, h), _BLOCK_2D,
+            (carried, np.int32(coarse_w), np.int32(coarse_h), pyramid[index], np.int32(channels),
+             np.int32(index), np.int32(w), np.int32(h), finer),
+        )  # fmt: skip
+        carried = finer
+    coarse_w, coarse_h = sizes[1]
+    get_kernel("multiband_blend", "blend_finish")(
+        _grid(width, height), _BLOCK_2D,
+        (carried, np.int32(coarse_w), np.int32(coarse_h), pyramid[0], np.int32(channels), region,
+         np.int32(region.strides[0]), np.int32(width), np.int32(height)),
+    )  # fmt: skip
+
+
+def multiband_blend(region: Any, patch: Any, masks: Any) -> None:
+    """Dispatcher: `multiband_blend_gpu` for a CuPy region, else `multiband_blend_cpu`."""
+    if is_device_array(region):
+        multiband_blend_gpu(region, patch, masks)
+        return
+    multiband_blend_cpu(region, patch, masks)
+
+
+def _grid(width: int, height: int) -> tuple[int, int, int]:
+    return (width + _BLOCK_2D[0] - 1) // _BLOCK_2D[0], (height + _BLOCK_2D[1] - 1) // _BLOCK_2D[1], 1

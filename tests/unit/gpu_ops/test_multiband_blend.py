@@ -1,0 +1,157 @@
+"""Multi-band blend: exact inside and outside, a soft tone transition, detail kept, nothing leaks in."""
+
+import cv2
+import numpy as np
+import pytest
+from numpy.typing import NDArray
+
+from gpu_ops.backend import cupy_available
+from gpu_ops.errors import InvalidFrameError
+from gpu_ops.masks import blend_cpu, feather_inside_cpu
+from gpu_ops.multiband_blend import multiband_blend, multiband_blend_cpu, usable_levels
+
+CUPY_OK, CUPY_REASON = cupy_available()
+SIZE = (150, 130)  # w, h: odd sizes appear on the coarser levels
+
+
+def textured(seed: int, tone: tuple[float, float, float]) -> NDArray[np.uint8]:
+    rng = np.random.default_rng(seed)
+    detail = cv2.GaussianBlur(rng.normal(0.0, 18.0, (SIZE[1], SIZE[0])).astype(np.float32), (0, 0), 0.8)
+    return np.clip(np.array(tone, np.float32) + detail[..., None], 0, 255).astype(np.uint8)
+
+
+def disc() -> NDArray[np.uint8]:
+    region = np.zeros((SIZE[1], SIZE[0]), np.uint8)
+    cv2.ellipse(region, (SIZE[0] // 2, SIZE[1] // 2), (68, 60), 0, 0, 360, 255, -1)
+    return region
+
+
+def level_masks(region: NDArray[np.uint8], widths: tuple[float, ...]) -> NDArray[np.float32]:
+    """One mask per level, each fading in over a wider band inside the region (finest first)."""
+    return np.stack([feather_inside_cpu(region, width) for width in widths], axis=2).astype(np.float32)
+
+
+MASK_WIDTHS = (3.0, 6.0, 12.0, 24.0)
+
+
+def test_deep_inside_is_the_patch_and_outside_is_untouched() -> None:
+    region, patch = textured(1, (200, 160, 140)), textured(2, (170, 120, 100))
+    masks = level_masks(disc(), MASK_WIDTHS)
+    blended = region.copy()
+    multiband_blend_cpu(blended, patch, masks)
+    outside = masks[..., 0] == 0
+    np.testing.assert_array_equal(blended[outside], region[outside])
+    deep = cv2.erode(disc(), np.ones((61, 61), np.uint8)) > 0  # every level's mask is 1 around these
+    assert deep.sum() > 500
+    assert np.abs(blended[deep].astype(int) - patch[deep]).max() <= 1
+
+
+def test_a_tone_step_becomes_a_soft_ramp_while_the_detail_stays() -> None:
+    """The feather's edge: a 30-level tone difference. A one-band blend over the finest mask puts the
+    whole step within 3 px; the multi-band blend spreads the tone over the widest band and keeps the
+    patch's fine detail right up to the edge."""
+    flat_region = np.full((SIZE[1], SIZE[0], 3), 200, np.uint8)
+    flat_patch = np.full((SIZE[1], SIZE[0], 3), 170, np.uint8)
+    masks = level_masks(disc(), MASK_WIDTHS)
+    one_band, many_bands = flat_region.copy(), flat_region.copy()
+    blend_cpu(one_band, flat_patch, masks[..., 0])
+    multiband_blend_cpu(many_bands, flat_patch, masks)
+
+    def steepest(image: NDArray[np.uint8]) -> float:
+        value = image[..., 0].astype(np.float32)
+        return float(
+            np.hypot(cv2.Sobel(value, cv2.CV_32F, 1, 0), cv2.Sobel(value, cv2.CV_32F, 0, 1)).max() / 8
+        )
+
+    assert steepest(one_band) > 6.0  # levels per pixel across the finest feather
+    assert steepest(many_bands) < 0.4 * steepest(one_band)
+
+    region, patch = textured(3, (200, 160, 140)), textured(4, (200, 160, 140))
+    blended = region.copy()
+    multiband_blend_cpu(blended, patch, masks)
+    ring = (masks[..., 0] > 0.99) & (masks[..., 3] < 0.5)  # near the edge: fine bands on, coarse off
+
+    def high(image: NDArray[np.uint8]) -> NDArray[np.float32]:
+        return image.astype(np.float32) - cv2.GaussianBlur(image.astype(np.float32), (0, 0), 2.0)
+
+    correlation = np.corrcoef(high(blended)[ring].ravel(), high(patch)[ring].ravel())[0, 1]
+    assert ring.sum() > 1000 and correlation > 0.9
+
+
+def test_what_lies_outside_the_trusted_face_never_reaches_the_result() -> None:
+    """The patch outside the finest mask (the source's hair, its background) is ignored by every band."""
+    region = textured(5, (200, 160, 140))
+    patch = textured(6, (180, 140, 120))
+    masks = level_masks(disc(), MASK_WIDTHS)
+    with_hair = patch.copy()
+    with_hair[masks[..., 0] == 0] = (40, 25, 10)
+    first, second = region.copy(), region.copy()
+    multiband_blend_cpu(first, patch, masks)
+    multiband_blend_cpu(second, with_hair, masks)
+    np.testing.assert_array_equal(first, second)
+
+
+def test_holes_keep_the_region_exactly() -> None:
+    """An eye or mouth hole (mask 0 inside the face) keeps the region's pixels bit for bit."""
+    face = disc()
+    hole = np.zeros_like(face)
+    cv2.circle(hole, (75, 60), 12, 255, -1)
+    region, patch = textured(7, (200, 160, 140)), textured(8, (150, 110, 90))
+    masks = level_masks(np.where(hole > 0, 0, face).astype(np.uint8), MASK_WIDTHS)
+    blended = region.copy()
+    multiband_blend_cpu(blended, patch, masks)
+    np.testing.assert_array_equal(blended[hole > 0], region[hole > 0])
+    assert np.abs(blended[(masks[..., 0] > 0.5)].astype(int) - region[(masks[..., 0] > 0.5)]).mean() > 10
+
+
+def test_small_boxes_use_fewer_levels_and_one_level_is_the_plain_blend() -> None:
+    assert usable_levels(4, 150, 130) == 4
+    assert usable_levels(4, 5, 40) == 3  # 5 -> 3 -> 2
+    assert usable_levels(4, 3, 3) == 2 and usable_levels(4, 2, 9) == 1
+    region = np.full((2, 9, 3), 100, np.uint8)
+    patch = np.full((2, 9, 3), 200, np.uint8)
+    masks = np.full((2, 9, 4), 0.5, np.float32)
+    expected = region.copy()
+    blend_cpu(expected, patch, masks[..., 0])
+    multiband_blend_cpu(region, patch, masks)
+    np.testing.assert_array_equal(region, expected)
+
+
+def test_a_view_of_a_frame_is_written_in_place_and_shapes_are_checked() -> None:
+    frame = np.zeros((SIZE[1] + 10, SIZE[0] + 20, 3), np.uint8)
+    frame[5 : 5 + SIZE[1], 10 : 10 + SIZE[0]] = textured(9, (200, 160, 140))
+    copy = frame.copy()
+    masks = level_masks(disc(), MASK_WIDTHS)
+    patch = textured(10, (120, 90, 70))
+    multiband_blend(frame[5 : 5 + SIZE[1], 10 : 10 + SIZE[0]], patch, masks)
+    expected = np.ascontiguousarray(copy[5 : 5 + SIZE[1], 10 : 10 + SIZE[0]])
+    multiband_blend_cpu(expected, patch, masks)
+    np.testing.assert_array_equal(frame[5 : 5 + SIZE[1], 10 : 10 + SIZE[0]], expected)
+    assert not frame[:5].any() and not frame[:, :10].any()
+    with pytest.raises(InvalidFrameError):
+        multiband_blend_cpu(expected, patch[:-1], masks)
+    with pytest.raises(InvalidFrameError):
+        multiband_blend_cpu(expected, patch, masks[..., :1])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUPY_OK, reason=CUPY_REASON)
+def test_multiband_blend_parity() -> None:
+    """The CuPy kernels on a strided view of a device frame: within 1 level of the CPU mirror."""
+    import cupy
+
+    rng = np.random.default_rng(11)
+    face = disc()
+    cv2.circle(face, (75, 60), 12, 0, -1)
+    masks = level_masks(face, MASK_WIDTHS) * rng.uniform(0.8, 1.0, (1, 1, 4)).astype(np.float32)
+    region = textured(12, (210, 170, 150))
+    patch = textured(13, (140, 100, 80))
+    expected = region.copy()
+    multiband_blend_cpu(expected, patch, masks)
+    frame = cupy.zeros((SIZE[1] + 6, SIZE[0] + 8, 3), cupy.uint8)
+    frame[3 : 3 + SIZE[1], 4 : 4 + SIZE[0]] = cupy.asarray(region)
+    multiband_blend(frame[3 : 3 + SIZE[1], 4 : 4 + SIZE[0]], cupy.asarray(patch), cupy.asarray(masks))
+    result = cupy.asnumpy(frame[3 : 3 + SIZE[1], 4 : 4 + SIZE[0]])
+    difference = np.abs(result.astype(int) - expected)
+    assert difference.max() <= 1 and np.count_nonzero(difference) <= 1e-3 * difference.size
+    assert not cupy.asnumpy(frame[:3]).any()
