@@ -1,11 +1,13 @@
 """The set-up every loopback client of the daemon shares (the peer client, the WHIP publisher, the WHEP
 viewer): ICE on 127.0.0.1 only, the jitter-buffer fix, one HTTP session with the token, one peer
-connection, readers for the tracks that come back, and a close that ends the daemon-side resource first.
+connection (its ICE servers given by the caller), readers for the tracks that come back, Location
+headers resolved against the base URL, and a close that ends the daemon-side resource first.
 """
 
 import asyncio
 import logging
 import time
+import urllib.parse
 from types import TracebackType
 from typing import Self
 
@@ -36,8 +38,12 @@ class LoopbackClient:
     Frames that come back go to `_on_video(rgb, now_ms)`; `wait_for_frames` waits on `video_received`.
     """
 
-    def __init__(self, base_url: str, token: str | None) -> None:
+    def __init__(
+        self, base_url: str, token: str | None, rtc_configuration: RTCConfiguration | None = None
+    ) -> None:
         self.base_url = base_url.rstrip("/")
+        # ICE servers and policy of this client's peer (e.g. relay only through TURN); none: host only
+        self._rtc_configuration = rtc_configuration or RTCConfiguration(iceServers=[])
         self._auth_headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._http: aiohttp.ClientSession | None = None
         self.pc: RTCPeerConnection | None = None
@@ -51,7 +57,7 @@ class LoopbackClient:
         restrict_ice_addresses(["127.0.0.1"])
         install_marker_release()
         self._http = aiohttp.ClientSession(headers=self._auth_headers)
-        self.pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
+        self.pc = RTCPeerConnection(self._rtc_configuration)
         self.pc.on("track", self._on_track)
         try:
             await self._connect()
@@ -73,6 +79,11 @@ class LoopbackClient:
 
     async def _connect(self) -> None:
         raise NotImplementedError
+
+    def resolve(self, location: str) -> str:
+        """The URL a `Location` header names: absolute ones (a daemon behind a proxy, --public-url) as
+        they are, paths under `base_url`. A resource's later requests go there, not to `base_url`."""
+        return urllib.parse.urljoin(self.base_url + "/", location)
 
     async def _end_remote(self) -> None:
         """End the daemon-side resource (session, WHIP stream, WHEP viewer); the daemon may be gone."""

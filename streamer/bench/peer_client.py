@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
-from aiortc import MediaStreamTrack, RTCRtpSender, RTCSessionDescription
+from aiortc import MediaStreamTrack, RTCConfiguration, RTCRtpSender, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamError
 from av import VideoFrame
 
@@ -130,8 +130,9 @@ class PeerClient(LoopbackClient):
         keep_frames: int = 0,
         audio: MediaStreamTrack | None = None,
         token: str | None = None,
+        rtc_configuration: RTCConfiguration | None = None,
     ) -> None:
-        super().__init__(base_url, token)
+        super().__init__(base_url, token, rtc_configuration)
         self.track = StampedFrameTrack(frame_source, fps, stamp_mode)
         self._codec = codec
         self._audio = audio
@@ -140,6 +141,7 @@ class PeerClient(LoopbackClient):
         self.frames: deque[tuple[int | None, Frame]] = deque(maxlen=max(keep_frames, 1))
         self._keep_frames = keep_frames
         self.session_id: str | None = None
+        self.session_url: str | None = None  # from the Location: names the daemon that holds the call
 
     async def _connect(self) -> None:
         assert self.pc is not None
@@ -156,6 +158,7 @@ class PeerClient(LoopbackClient):
             body = await response.json()
             if response.status != 201:
                 raise ConnectionError(f"daemon refused the offer: {response.status} {body}")
+            self.session_url = self.resolve(response.headers["Location"])
         self.session_id = body["id"]
         self.answer_sdp = body["sdp"]
         await self.pc.setRemoteDescription(RTCSessionDescription(sdp=body["sdp"], type=body["type"]))
@@ -188,9 +191,9 @@ class PeerClient(LoopbackClient):
         )
 
     def _session_url(self, suffix: str = "") -> str:
-        if self.session_id is None:
+        if self.session_url is None:
             raise RuntimeError("not connected")
-        return f"{self.base_url}/api/sessions/{self.session_id}{suffix}"
+        return f"{self.session_url}{suffix}"
 
     async def _request(self, method: str, suffix: str, **kwargs: Any) -> tuple[int, Any]:
         async with self.http.request(method, self._session_url(suffix), **kwargs) as response:
@@ -230,9 +233,10 @@ class PeerClient(LoopbackClient):
         return dict(body)
 
     async def _end_remote(self) -> None:
-        session_id, self.session_id = self.session_id, None
-        if session_id is not None:
-            async with self.http.delete(f"{self.base_url}/api/sessions/{session_id}"):
+        session_url, self.session_url = self.session_url, None
+        self.session_id = None
+        if session_url is not None:
+            async with self.http.delete(session_url):
                 pass
 
     async def _stop_sending(self) -> None:

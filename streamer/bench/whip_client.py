@@ -13,7 +13,7 @@ daemon's.
 import logging
 from collections import deque
 
-from aiortc import RTCRtpSender, RTCSessionDescription
+from aiortc import RTCConfiguration, RTCRtpSender, RTCSessionDescription
 from aiortc.mediastreams import AudioStreamTrack
 
 from models.face import Frame
@@ -43,9 +43,13 @@ def _only_codec(sender_kind: str, mime_type: str) -> list:  # type: ignore[type-
 class _Endpoint(LoopbackClient):
     """One peer connection plus its WHIP/WHEP resource: DELETEd (like OBS at the end) and closed on exit."""
 
-    def __init__(self, base_url: str, token: str | None) -> None:
-        super().__init__(base_url, token)
-        self.location: str | None = None
+    def __init__(
+        self, base_url: str, token: str | None, rtc_configuration: RTCConfiguration | None = None
+    ) -> None:
+        super().__init__(base_url, token, rtc_configuration)
+        self.location: str | None = None  # as the daemon sent it
+        self.resource_url: str | None = None  # where its DELETE goes (absolute behind a proxy)
+        self.links: list[str] = []  # its Link headers (ICE servers, RFC 9725 section 4.6)
         self.answer_sdp: str | None = None
         self.offer_sdp: str | None = None
 
@@ -58,13 +62,16 @@ class _Endpoint(LoopbackClient):
             if response.status != 201:
                 raise ConnectionError(f"{path} refused the offer: {response.status} {body}")
             self.location = response.headers["Location"]
+            self.links = response.headers.getall("Link", [])
+        self.resource_url = self.resolve(self.location)
         self.answer_sdp = body
         await self.pc.setRemoteDescription(RTCSessionDescription(sdp=body, type="answer"))
 
     async def _end_remote(self) -> None:
-        location, self.location = self.location, None
-        if location is not None:
-            async with self.http.delete(f"{self.base_url}{location}"):
+        resource_url, self.resource_url = self.resource_url, None
+        self.location = None
+        if resource_url is not None:
+            async with self.http.delete(resource_url):
                 pass
 
 
@@ -80,8 +87,9 @@ class WhipPublisher(_Endpoint):
         stamp_mode: StampMode = "clock",
         audio: bool = True,
         token: str | None = None,
+        rtc_configuration: RTCConfiguration | None = None,
     ) -> None:
-        super().__init__(base_url, token)
+        super().__init__(base_url, token, rtc_configuration)
         self.track = StampedFrameTrack(frame_source, fps, stamp_mode)
         self._audio = audio
         self.session_id: str | None = None
@@ -114,8 +122,9 @@ class WhepViewer(_Endpoint):
         keep_frames: int = 5,
         audio: bool = True,
         token: str | None = None,
+        rtc_configuration: RTCConfiguration | None = None,
     ) -> None:
-        super().__init__(base_url, token)
+        super().__init__(base_url, token, rtc_configuration)
         self.session_id = session_id
         self._audio = audio
         self.frames: deque[Frame] = deque(maxlen=max(keep_frames, 1))
