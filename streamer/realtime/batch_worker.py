@@ -226,6 +226,7 @@ class BatchWorker:
                 item = lane.mailbox.take()
                 if item is None:
                     continue
+                self._observe_age("mailbox", item)
                 dropped_before = self._batcher.dropped
                 self._batcher.submit(lane.session_id, (lane, item))
                 if self._batcher.dropped == dropped_before:
@@ -235,8 +236,14 @@ class BatchWorker:
                     self._metrics.frames_dropped.inc(session_id=lane.session_id)
                     self._metrics.batcher_dropped.inc()
 
+    def _observe_age(self, stage: str, item: InboundFrame) -> None:
+        if self._metrics is not None:
+            self._metrics.frame_age_seconds.observe(time.monotonic() - item.received_at, stage=stage)
+
     def _run_batch(self, batch: Batch[tuple[WorkerLane, InboundFrame]]) -> None:
         taken = list(batch.items)
+        for _, item in taken:
+            self._observe_age("batch", item)
         started = time.perf_counter()
         converted_in = self._convert_in(taken)
         jobs = [
@@ -247,6 +254,7 @@ class BatchWorker:
         outputs = self._process(jobs, [lane for lane, _, _ in converted_in])
         processed = time.perf_counter()
         for (lane, item, rgb), output in zip(converted_in, outputs):
+            self._observe_age("swap", item)
             if output is not None and self._label is not None:
                 output = output if getattr(output.flags, "writeable", True) else output.copy()
                 draw_label(output, self._label)  # after the swap: nothing the models do can hide it

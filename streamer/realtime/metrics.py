@@ -31,6 +31,10 @@ DEFAULT_BUCKETS: tuple[float, ...] = (
 
 # seconds; the batch deadline is a few ms (serve --batch-wait-ms), so finer than DEFAULT_BUCKETS
 BATCH_WAIT_BUCKETS: tuple[float, ...] = (0.0005, 0.001, 0.002, 0.004, 0.008, 0.016, 0.033, 0.1, 0.25)
+# seconds since a frame left its decoder: a frame interval (33 ms) apart near the real-time range
+FRAME_AGE_BUCKETS: tuple[float, ...] = (
+    0.001, 0.0025, 0.005, 0.01, 0.02, 0.033, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5
+)  # fmt: skip
 
 
 def _escape_label(value: str) -> str:
@@ -205,7 +209,15 @@ class DaemonMetrics:
             "livefuse_stage_seconds", "Time per processing stage (batch = one pipeline call)", ("stage",)
         )
         self.server_latency_seconds = registry.histogram(
-            "livefuse_frame_latency_seconds", "Decoded frame in -> frame handed to the encoder"
+            "livefuse_frame_latency_seconds", "Decoded frame in -> frame taken by the encoder"
+        )
+        self.frame_age_seconds = registry.histogram(
+            "livefuse_frame_age_seconds",
+            "Age of a frame (since its decoder gave it to the session) as it leaves each stage: mailbox "
+            "(the worker took it), batch (its batch started), swap (the pipeline finished), encoder (the "
+            "encoder took it); the step between two stages is where it waited",
+            ("stage",),
+            buckets=FRAME_AGE_BUCKETS,
         )
         self.client_latency_seconds = registry.histogram(
             "livefuse_e2e_latency_seconds", "Glass-to-glass latency reported by clients from frame stamps"

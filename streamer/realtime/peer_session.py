@@ -92,6 +92,11 @@ class PeerSession:
     def settings(self) -> Settings:
         return self._lane.settings
 
+    @property
+    def outbound_max_waiting(self) -> int:
+        """The most frames that ever waited for this session's encoder at once (its slot: 1)."""
+        return self._outbound.max_waiting
+
     async def accept_offer(self, offer: RTCSessionDescription) -> RTCSessionDescription:
         """Answer `offer` (after ICE gathering, so no trickle is needed); ValueError on a bad SDP."""
         if self._pc is not None or self._closed is not None:
@@ -194,13 +199,14 @@ class PeerSession:
         if self._closed is not None:
             return
         self.outputs.push_video(output)
-        if self._sends_video and not self._outbound.push(output):
+        if self._sends_video and not self._outbound.push(output, item.received_at):
             self._metrics.frames_dropped.inc(session_id=self.session_id)
-        self._metrics.server_latency_seconds.observe(time.monotonic() - item.received_at)
 
-    def _on_sent(self, frame: VideoFrame) -> None:
+    def _on_sent(self, frame: VideoFrame, age_s: float) -> None:
         self._out_stamps.append(time.monotonic())
         self._metrics.frames_out.inc(session_id=self.session_id)
+        self._metrics.frame_age_seconds.observe(age_s, stage="encoder")
+        self._metrics.server_latency_seconds.observe(age_s)
 
     async def set_source(self, image: Frame, sha256: str) -> SourceInfo:
         """Prepare `image` as this session's source on the worker thread; NoFaceError when faceless."""

@@ -1,16 +1,20 @@
-"""Overload: a pipeline 3x slower than the camera for 20 s. Latency must stay flat (frames are dropped
-at the mailbox, never queued), drops must be counted, and /health must stay fast."""
+"""Overload: a pipeline 3x slower than the camera for 20 s, and one stage that takes 200 ms. Latency must
+stay flat (frames are dropped at the mailboxes, never queued), the slow stage must always get the newest
+frame, drops must be counted, and /health must stay fast."""
 
 import asyncio
 import statistics
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import aiohttp
 import pytest
 
+from models.face import Frame
 from streamer.bench.peer_client import PeerClient
-from tests.fakes_pipeline import FakePipeline, fake_binding
+from streamer.outputs.frame_stamp import read_stamp
+from tests.fakes_pipeline import FakeFrameJob, FakePipeline, fake_binding
 from tests.integration.daemon_harness import camera_frame, running_daemon
 
 FPS = 30.0
@@ -58,3 +62,56 @@ async def test_latency_stays_flat_when_the_pipeline_is_too_slow(media_dir: Path)
 
     health_ms.sort()
     assert health_ms[int(0.9 * len(health_ms))] < 50.0, f"/health slow under load: {health_ms[-5:]}"
+
+
+class StampRecordingPipeline(FakePipeline):
+    """The fake, 200 ms per batch, noting for every frame it swaps the frame's stamp and the newest
+    stamp the client had sent at that moment (the client runs in this process)."""
+
+    def __init__(self, delay_s: float) -> None:
+        super().__init__(delay_s=delay_s)
+        self.client: PeerClient | None = None
+        self.lag_frames: list[int] = []  # newest sent - processed, per swapped frame
+        self.processed: set[int] = set()
+
+    def process_batch(self, jobs: Sequence[FakeFrameJob]) -> list[Frame]:
+        for job in jobs:
+            stamp = read_stamp(job.frame)
+            if job.source is not None and stamp is not None and self.client is not None:
+                self.processed.add(stamp)
+                self.lag_frames.append(self.client.track.sent - 1 - stamp)
+        return super().process_batch(jobs)
+
+
+@pytest.mark.slow
+async def test_a_200_ms_swap_returns_the_newest_frames_and_nothing_queues(media_dir: Path) -> None:
+    """Each frame the slow stage takes is one of the newest sent (a queue would fall further behind
+    with every frame), the frames that come back are those, in order, and at most one frame ever waits
+    for the encoder (the issue's bound is 2)."""
+    pipeline = StampRecordingPipeline(delay_s=0.2)
+    async with (
+        running_daemon(fake_binding(pipeline)) as (url, engine),
+        PeerClient(url, camera_frame(media_dir), fps=FPS, stamp_mode="counter") as client,
+    ):
+        pipeline.client = client
+        await client.upload_source((media_dir / "fr_biden2.jpg").read_bytes())
+        await client.wait_for_frames(5, timeout=10)
+        since = len(client.received)
+        await client.wait_for_frames(since + 25, timeout=30)  # ~5 s of 200 ms swaps
+        assert engine.registry is not None
+        (session,) = engine.registry.sessions()
+        max_waiting = session.outbound_max_waiting
+
+    lags = pipeline.lag_frames[2:]  # after the source took effect
+    assert len(lags) >= 15, lags
+    in_flight = 200 / FRAME_MS  # frames sent while one swap runs: the most a fresh frame can lag
+    assert max(lags) <= 2 * in_flight, f"the slow stage took stale frames: {lags}"
+    quarter = len(lags) // 4
+    assert statistics.median(lags[-quarter:]) <= statistics.median(lags[:quarter]) + 2, lags
+
+    result = client.result(since)
+    assert result.duplicates == 0 and result.out_of_order == 0
+    returned = [frame.stamp for frame in client.received[since:] if frame.stamp is not None]
+    swapped_back = [stamp for stamp in returned if stamp in pipeline.processed]
+    assert len(swapped_back) >= 0.9 * len(returned), "frames came back that the slow stage never took"
+    assert max_waiting <= 2

@@ -52,3 +52,6 @@ async def test_reference_selects_which_face_is_swapped(models_dir: Path, media_d
     # the pipeline's own stages and the mesh engine's reach the stage histogram
     for stage in ("track", "swap", "warp", "blend"):
         assert f'livefuse_stage_seconds_count{{stage="{stage}"}}' in metrics, stage
+    # and every frame's age as it left each stage, so an operator sees where frames wait
+    for stage in ("mailbox", "batch", "swap", "encoder"):
+        assert f'livefuse_frame_age_seconds_count{{stage="{stage}"}}' in metrics, stage

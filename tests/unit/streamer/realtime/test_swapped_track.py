@@ -1,5 +1,6 @@
 import asyncio
 import fractions
+import time
 
 import av
 import numpy as np
@@ -16,14 +17,26 @@ def _frame(pts: int) -> av.VideoFrame:
     return frame
 
 
-async def test_keeps_at_most_two_frames_newest_last() -> None:
+async def test_one_slot_the_newest_frame_wins() -> None:
+    """A frame the encoder has not taken yet is replaced by a newer one: nothing queues behind it."""
     track = SwappedTrack()
     for pts in (0, 3000, 6000, 9000):
+        assert track.push(_frame(pts))
+    assert track.dropped == 3 and track.max_waiting == 1
+    frame = await track.recv()
+    assert frame.pts == 9000 and frame.time_base == fractions.Fraction(1, 90000)
+    track.push(_frame(12000))
+    assert (await track.recv()).pts == 12000 and track.dropped == 3
+
+
+async def test_more_slots_keep_the_newest_in_order() -> None:
+    track = SwappedTrack(slots=2)
+    for pts in (0, 3000, 6000):
         track.push(_frame(pts))
-    assert track.dropped == 2
-    first, second = await track.recv(), await track.recv()
-    assert (first.pts, second.pts) == (6000, 9000)
-    assert first.time_base == fractions.Fraction(1, 90000)
+    assert track.dropped == 1 and track.max_waiting == 2
+    assert [(await track.recv()).pts, (await track.recv()).pts] == [3000, 6000]
+    with pytest.raises(ValueError):
+        SwappedTrack(slots=0)
 
 
 async def test_late_older_frame_is_dropped_not_reordered() -> None:
@@ -34,14 +47,16 @@ async def test_late_older_frame_is_dropped_not_reordered() -> None:
 
 
 async def test_recv_waits_for_a_push_and_reports_sent() -> None:
-    sent: list[int] = []
-    track = SwappedTrack(on_sent=lambda frame: sent.append(int(frame.pts or 0)))
+    sent: list[tuple[int, float]] = []
+    track = SwappedTrack(on_sent=lambda frame, age_s: sent.append((int(frame.pts or 0), age_s)))
     waiter = asyncio.create_task(track.recv())
     await asyncio.sleep(0)
     assert not waiter.done()
-    track.push(_frame(42))
+    track.push(_frame(42), born_at=time.monotonic() - 0.5)  # read from its decoder half a second ago
     assert (await asyncio.wait_for(waiter, 1)).pts == 42
-    assert sent == [42] and track.sent == 1
+    assert track.sent == 1 and len(sent) == 1
+    pts, age_s = sent[0]
+    assert pts == 42 and 0.5 <= age_s < 5.0
 
 
 async def test_stop_ends_a_waiting_recv() -> None:
