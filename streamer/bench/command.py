@@ -155,8 +155,8 @@ def run(args: argparse.Namespace) -> int:
         detection_width=pipeline.config.detection_width,
     )
     header = (
-        f"engine {result['engine']}  {result['size']}  1 face  detection every {result['detect_every']} frames "
-        f"at {result['detection_width']} px wide  {result['frames']} frames"
+        f"engine {result['engine']}  {result['size']}  1 face  detection when the mesh is unsure, at least "
+        f"every {result['detect_every']} frames, at {result['detection_width']} px wide  {result['frames']} frames"
     )
     lines = [
         header,

@@ -36,7 +36,7 @@ IMAGE_SUFFIXES = {".jpg": ".jpg", ".jpeg": ".jpg", ".png": ".png", ".webp": ".we
 VIDEO_CODECS = {".mp4": "libx264", ".mkv": "libx264", ".mov": "libx264", ".webm": "libvpx"}
 
 
-def pipeline_config_from_args(args: argparse.Namespace, *, detect_every: int = 2) -> PipelineConfig:
+def pipeline_config_from_args(args: argparse.Namespace, *, detect_every: int = 10) -> PipelineConfig:
     return PipelineConfig(
         execution_provider=args.execution_provider,
         device_id=args.device_id,

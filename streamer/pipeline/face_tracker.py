@@ -1,9 +1,11 @@
-"""Face tracking for video: detection at low resolution every few frames, mesh-driven tracking between.
+"""Face tracking for video: the landmarker follows the faces, the detector runs when it has to.
 
 MediaPipe-style: on a detection frame the detector (letterboxed to `detection_width`) finds the faces
 and they are matched to the live tracks by box IoU; on the frames between, each face's crop is derived
 from its previous mesh, so the landmarker alone follows it (a face whose presence drops below the
-threshold counts as missed). With a landmarker, box and 5 points come from the mesh on every frame (one
+threshold counts as missed). The detector runs when the tracker loses confidence (a face's presence
+under `redetect_below`, or a face missed), and otherwise every `detect_every` frames to find faces that
+enter the picture: on a steady face that is one detection in ten frames instead of one in two. With a landmarker, box and 5 points come from the mesh on every frame (one
 consistent source); without one, from the detector. A missed face is held, unchanged, for `hold_frames`
 frames so the swap does not flicker; then it is dropped. Box, 5 points and mesh are One-Euro smoothed.
 """
@@ -109,6 +111,7 @@ class _Track:
     score: float
     landmarks_5: FloatArray
     mesh: FloatArray | None = None
+    presence: float = 1.0  # the landmarker's face probability for the last mesh
     missed: int = 0
     output: TrackedFace | None = None
     filters: dict[str, OneEuroFilter] = field(default_factory=dict)
@@ -139,11 +142,12 @@ class FaceTracker:
         detector: FaceDetector,
         landmarker: FaceLandmarker | None,
         *,
-        detect_every: int = 2,
+        detect_every: int = 10,
         detection_width: int = 320,
         hold_frames: int = 3,
         iou_threshold: float = 0.3,
         presence_threshold: float = 0.5,
+        redetect_below: float = 0.9,
         smoothing: OneEuroConfig | None = DEFAULT_SMOOTHING,
         frame_rate: float = 30.0,
         points_from_mesh: bool = True,
@@ -159,6 +163,7 @@ class FaceTracker:
         self.hold_frames = hold_frames
         self.iou_threshold = iou_threshold
         self.presence_threshold = presence_threshold
+        self.redetect_below = redetect_below
         self.smoothing = smoothing
         self.frame_rate = frame_rate
         self.points_from_mesh = points_from_mesh
@@ -173,8 +178,13 @@ class FaceTracker:
         self._next_id = getattr(self, "_next_id", 0)
 
     def detection_due(self) -> bool:
-        """Whether the next `track` call runs the detector (no faces yet, or the cadence says so)."""
-        return not self._tracks or self._frame_index + 1 - self._last_detection_index >= self.detect_every
+        """Whether the next `track` call runs the detector: no faces yet, a face the landmarker is unsure
+        of or lost, or `detect_every` frames since the last detection (faces entering the picture)."""
+        if not self._tracks or self._frame_index + 1 - self._last_detection_index >= self.detect_every:
+            return True
+        if self.landmarker is None:
+            return False  # without a landmarker nothing else follows the faces: the cadence alone
+        return any(track.missed or track.presence < self.redetect_below for track in self._tracks)
 
     def detection_input_size(self, frame: Frame) -> InputSize:
         """The detector input (w, h) this tracker uses for frames of this size."""
@@ -302,7 +312,8 @@ class FaceTracker:
         missed; a new track rejected at once is dropped (a detector false positive)."""
         kept: list[_Track] = []
         for index, track in enumerate(observed):
-            if landmarks.presence[index] < self.presence_threshold:
+            track.presence = float(landmarks.presence[index])
+            if track.presence < self.presence_threshold:
                 track.missed = track.missed + 1 if track.output is not None else self.hold_frames + 1
                 continue
             track.mesh = landmarks.points[index]

@@ -58,7 +58,7 @@ class PipelineConfig:
     engine: EngineChoice = "auto"
     swapper_model: str = "inswapper_128"
     enhancer_model: str = "gfpgan_1.4"
-    detect_every: int = 2
+    detect_every: int = 10  # at most this many frames between detections (faces entering the picture)
     detection_width: int = 320
     intra_op_threads: int = 0
 

@@ -78,9 +78,15 @@ class ScriptedDetector:
 class ScriptedLandmarker:
     """Finds the scene face overlapping each requested crop box; presence 0 where there is none."""
 
-    def __init__(self, scene: Scene, absent_on: frozenset[int] = frozenset()) -> None:
+    def __init__(
+        self,
+        scene: Scene,
+        absent_on: frozenset[int] = frozenset(),
+        presence_on: dict[int, float] | None = None,
+    ) -> None:
         self.scene = scene
         self.absent_on = absent_on
+        self.presence_on = presence_on or {}  # frame number -> presence reported for a found face
         self.requested_boxes: list[tuple[int, FloatArray]] = []
 
     def detect(self, frame: Frame, landmarks_5: FloatArray, boxes: FloatArray) -> FaceLandmarks:
@@ -95,7 +101,7 @@ class ScriptedLandmarker:
                 presence.append(0.0)
             else:
                 points.append(mesh_of(truth[int(np.argmax(overlaps))]))
-                presence.append(1.0)
+                presence.append(self.presence_on.get(number, 1.0))
         return FaceLandmarks(np.stack(points), np.array(presence, np.float32))
 
 
@@ -279,3 +285,23 @@ def test_mesh_helpers_and_association() -> None:
 def test_rejects_bad_settings() -> None:
     with pytest.raises(ValueError):
         FaceTracker(ScriptedDetector({}), None, detect_every=0)
+
+
+def test_a_confident_mesh_needs_the_detector_only_every_detect_every_frames() -> None:
+    scene = {n: [STILL_FACE] for n in range(25)}
+    detector = ScriptedDetector(scene)
+    tracker = FaceTracker(detector, ScriptedLandmarker(scene), detect_every=10, smoothing=None)
+    run(tracker, 25)
+    assert [number for number, _ in detector.calls] == [0, 10, 20]
+
+
+def test_the_detector_runs_on_the_frame_after_the_landmarker_loses_confidence() -> None:
+    """A presence under `redetect_below` (still kept: above the 0.5 threshold) or a lost face brings
+    the detector in at once, not at the next cadence frame."""
+    scene = {n: [STILL_FACE] for n in range(20)}
+    detector = ScriptedDetector(scene)
+    landmarker = ScriptedLandmarker(scene, absent_on=frozenset({12}), presence_on={5: 0.7})
+    tracker = FaceTracker(detector, landmarker, detect_every=10, smoothing=None, redetect_below=0.9)
+    faces = run(tracker, 20)
+    assert [number for number, _ in detector.calls] == [0, 6, 13]
+    assert all(len(frame_faces) == 1 for frame_faces in faces)  # held through the miss: no flicker
