@@ -88,9 +88,7 @@ def test_daemon_environment_and_models_volume(name: str) -> None:
     environment: dict[str, str] = daemon["environment"]
     for variable in environment:
         if variable.startswith("LIVEFUSE_"):
-            assert variable in environment_read_by_product(), (
-                f"{variable}: nothing reads it"
-            )
+            assert variable in environment_read_by_product(), f"{variable}: nothing reads it"
     assert "LIVEFUSE_TOKEN" in environment and ":?" in environment["LIVEFUSE_TOKEN"], (
         "refuse to start without"
     )

@@ -4,16 +4,15 @@ compose.yaml.
 The script is run for real with a stand-in `turnserver` that records what it was given. With Debian's
 coturn installed, the real server is started from the same template on 127.0.0.1 and a TURN Allocate
 with TURN REST credentials (RFC 8489 long-term credentials from the shared secret, as the daemon's
---turn-secret will make them) must get a relay address from the configured range, and a wrong
-secret must not. CI installs coturn with issue 11 item 2 (its relay test); until then that test is
-skipped with its reason.
+--turn-secret makes them) must get a relay address from the configured range, and a wrong secret must
+not. .ci/run installs coturn; where it is missing these tests are skipped with the reason. A whole call
+relayed through it is tests/deploy/test_turn_relay.py.
 """
 
 import base64
 import hashlib
 import hmac
 import os
-import shutil
 import socket
 import stat
 import struct
@@ -24,10 +23,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.deploy.manifests import BASE_DIR, turnserver_options
+from streamer.transport.ice_servers import turn_rest_credential
+from tests.deploy.coturn import SCRIPT, TEMPLATE, running_coturn
+from tests.deploy.manifests import turnserver_options
 
-SCRIPT = BASE_DIR / "start-coturn.sh"
-TEMPLATE = BASE_DIR / "turnserver.conf"
 FAKE_TURNSERVER = """#!/bin/sh
 # stand-in for coturn: record the arguments and the config file it was pointed at
 printf '%s\\n' "$@" > "$RECORD_DIR/args"
@@ -166,58 +165,10 @@ def allocate(port: int, realm: str, username: str, password: str) -> tuple[int, 
         return parse(client.recv(2048))
 
 
-def free_udp_and_tcp_port() -> int:
-    for _ in range(20):
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
-            udp.bind(("127.0.0.1", 0))
-            port: int = udp.getsockname()[1]
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as tcp:
-                try:
-                    tcp.bind(("127.0.0.1", port))
-                except OSError:
-                    continue
-        return port
-    raise AssertionError("no free port")
-
-
 @pytest.fixture
 def coturn(tmp_path: Path) -> Iterator[tuple[int, str, str]]:
-    binary = shutil.which("turnserver")
-    if binary is None:
-        pytest.skip("Debian coturn is not installed (apt-get install coturn; issue 11 item 2 adds it to CI)")
-    port = free_udp_and_tcp_port()
-    secret, realm = "test-shared-secret-" + os.urandom(4).hex(), "livefuse.test"
-    log = tmp_path / "coturn.log"
-    env = dict(os.environ) | {
-        "TURN_SECRET": secret,
-        "TURN_REALM": realm,
-        "TURN_TEMPLATE": str(TEMPLATE),
-        "TURN_CONF_DIR": str(tmp_path / "run"),
-    }
-    extra = ["--listening-ip", "127.0.0.1", "--relay-ip", "127.0.0.1", "--listening-port", str(port)]
-    extra += ["--pidfile", str(tmp_path / "turnserver.pid"), "--userdb", str(tmp_path / "turndb")]
-    with log.open("wb") as output:
-        process = subprocess.Popen(["/bin/sh", str(SCRIPT), *extra], env=env, stdout=output, stderr=output)
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            assert process.poll() is None, log.read_text(errors="replace")
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "coturn did not listen: " + log.read_text(
-                    errors="replace"
-                )
-                time.sleep(0.1)
-        yield port, secret, realm
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
+    with running_coturn(tmp_path) as server:
+        yield server.port, server.secret, server.realm
 
 
 def test_coturn_allocates_a_relay_in_the_configured_range_for_rest_credentials(
@@ -229,6 +180,14 @@ def test_coturn_allocates_a_relay_in_the_configured_range_for_rest_credentials(
     relayed_port = struct.unpack("!H", attributes[XOR_RELAYED_ADDRESS][2:4])[0] ^ (MAGIC_COOKIE >> 16)
     options = turnserver_options(TEMPLATE.read_text(encoding="utf-8"))
     assert int(options["min-port"][0]) <= relayed_port <= int(options["max-port"][0])
+
+
+def test_coturn_accepts_the_credentials_the_daemon_makes(coturn: tuple[int, str, str]) -> None:
+    """The daemon's --turn-secret credentials (streamer/transport/ice_servers.py), not only this file's."""
+    port, secret, realm = coturn
+    credential = turn_rest_credential(secret, "0123456789abcdef-client", 600, time.time())
+    kind, attributes = allocate(port, realm, credential.username, credential.password)
+    assert kind == ALLOCATE_SUCCESS, attributes.get(ERROR_CODE)
 
 
 def test_coturn_refuses_credentials_made_from_another_secret(coturn: tuple[int, str, str]) -> None:

@@ -113,9 +113,7 @@ def test_environment_is_what_the_daemon_reads_and_every_reference_resolves(resou
         for variable in item.get("env", []):
             name = variable["name"]
             if name.startswith("LIVEFUSE_"):
-                assert name in environment_read_by_product(), (
-                    f"{name}: nothing reads it"
-                )
+                assert name in environment_read_by_product(), f"{name}: nothing reads it"
             for reference in re.findall(r"\$\((\w+)\)", variable.get("value", "")):
                 assert reference in defined, f"{name}: $({reference}) must be defined above it to expand"
             source = variable.get("valueFrom", {})

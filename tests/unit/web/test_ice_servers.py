@@ -15,7 +15,7 @@ from aiortc import RTCConfiguration, RTCPeerConnection
 from streamer.transport.ice_addresses import restrict_ice_addresses
 from streamer.transport.ice_servers import IceServerPlan, parse_ice_server_urls
 from tests.fakes_pipeline import fake_binding
-from tests.loopback_stun import CLOSED_TCP_PORT, stun_server
+from tests.loopback_ice import CLOSED_TCP_PORT, stun_server
 from web.app import create_app
 from web.app_keys import ENGINE_KEY
 from web.daemon_config import DaemonConfig

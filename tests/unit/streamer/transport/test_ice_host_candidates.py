@@ -2,7 +2,6 @@
 server stand-in on loopback answers the server-reflexive query)."""
 
 import logging
-import random
 import socket
 from collections.abc import Iterator
 
@@ -18,7 +17,7 @@ from streamer.transport.ice_host_candidates import (
     check_public_address,
     restrict_ice_ports,
 )
-from tests.loopback_stun import stun_server
+from tests.loopback_ice import free_udp_range, stun_server
 
 
 @pytest.fixture(autouse=True)
@@ -28,26 +27,6 @@ def aioices_own_behaviour_afterwards() -> Iterator[None]:
     restrict_ice_ports(None)
     advertise_public_address(None)
     restrict_ice_addresses(["127.0.0.1"])
-
-
-def free_range(size: int) -> PortRange:
-    """`size` consecutive UDP ports on 127.0.0.1 that were free a moment ago, below Linux's ephemeral
-    range (32768-60999), so an ephemeral bind never lands in it by chance."""
-    for _ in range(50):
-        first = random.randrange(20000, 30000)
-        probes = []
-        try:
-            for port in range(first, first + size):
-                probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-                probes.append(probe)
-                probe.bind(("127.0.0.1", port))
-        except OSError:
-            continue
-        finally:
-            for probe in probes:
-                probe.close()
-        return PortRange(first, first + size - 1)
-    raise AssertionError("no free port range")
 
 
 async def offer_candidates(configuration: RTCConfiguration | None = None) -> list[list[str]]:
@@ -72,7 +51,7 @@ def test_port_ranges_parse_or_say_what_to_give() -> None:
 
 async def test_host_candidates_are_bound_in_the_range_and_shaped_as_aioice_makes_them() -> None:
     stock = await offer_candidates()
-    ports = free_range(8)
+    ports = free_udp_range(8)
     restrict_ice_ports(ports)
     ranged = await offer_candidates()
     assert len(ranged) == len(stock) == 1
@@ -84,7 +63,7 @@ async def test_host_candidates_are_bound_in_the_range_and_shaped_as_aioice_makes
 
 
 async def test_each_call_takes_the_next_free_port_round_the_range() -> None:
-    ports = free_range(3)
+    ports = free_udp_range(3)
     restrict_ice_ports(ports)
     seen = [int((await offer_candidates())[0][5]) for _ in range(4)]
     assert seen[:3] == [ports.first, ports.first + 1, ports.last]
@@ -92,7 +71,7 @@ async def test_each_call_takes_the_next_free_port_round_the_range() -> None:
 
 
 async def test_a_full_range_gives_no_host_candidate_and_a_warning(caplog: pytest.LogCaptureFixture) -> None:
-    ports = free_range(1)
+    ports = free_udp_range(1)
     restrict_ice_ports(ports)
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as squatter:
         squatter.bind(("127.0.0.1", ports.first))
@@ -102,7 +81,7 @@ async def test_a_full_range_gives_no_host_candidate_and_a_warning(caplog: pytest
 
 
 async def test_server_reflexive_candidates_still_come_from_the_ranged_socket() -> None:
-    ports = free_range(4)
+    ports = free_udp_range(4)
     restrict_ice_ports(ports)
     async with stun_server() as port:
         candidates = await offer_candidates(

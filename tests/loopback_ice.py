@@ -1,12 +1,17 @@
-"""A STUN server stand-in on 127.0.0.1 for tests whose peers are given STUN/TURN URLs: it answers
-BINDING requests with the sender's address, so gathering finishes at once and no packet leaves loopback
-(a URL naming a real host would send the daemon's queries off the machine)."""
+"""Loopback helpers for ICE tests: a STUN server stand-in on 127.0.0.1 for peers given STUN/TURN URLs
+(it answers BINDING requests with the sender's address, so gathering finishes at once and no packet
+leaves loopback: a URL naming a real host would send the daemon's queries off the machine), and a range
+of free UDP ports for `--ice-port-range`."""
 
 import asyncio
+import random
+import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from aioice import stun
+
+from streamer.transport.ice_host_candidates import PortRange
 
 # a TCP port nobody listens on: a turn:...?transport=tcp URL there fails at once (UDP would wait 5 s)
 CLOSED_TCP_PORT = 9
@@ -44,3 +49,23 @@ async def stun_server() -> AsyncIterator[int]:
         yield transport.get_extra_info("sockname")[1]
     finally:
         transport.close()
+
+
+def free_udp_range(size: int) -> PortRange:
+    """`size` consecutive UDP ports on 127.0.0.1 that were free a moment ago, below Linux's ephemeral
+    range (32768-60999), so an ephemeral bind never lands in it by chance."""
+    for _ in range(50):
+        first = random.randrange(20000, 30000)
+        probes = []
+        try:
+            for port in range(first, first + size):
+                probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+                probes.append(probe)
+                probe.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        finally:
+            for probe in probes:
+                probe.close()
+        return PortRange(first, first + size - 1)
+    raise AssertionError("no free port range")
