@@ -220,7 +220,14 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--streams", type=int, default=1, help="N > 1: N streams batched vs one call each (ms per frame)"
     )
-    bench.add_argument("--rounds", type=int, default=2, help="with --streams: alternating rounds per mode")
+    bench.add_argument(
+        "--rounds", type=int, default=2, help="with --streams or --baseline: alternating rounds per mode"
+    )
+    bench.add_argument("--calls", type=int, default=1, help="with --live: this many calls at once")
+    bench.add_argument(
+        "--baseline",
+        help="with --live: a git revision whose daemon runs in alternating rounds with this one (A/B)",
+    )
     bench.add_argument("--width", type=int, default=640)
     bench.add_argument("--height", type=int, default=480)
     bench.add_argument("--media-dir", help="directory with face photos to use as frames and sources")

@@ -43,6 +43,7 @@ class DaemonProcess:
     it (SIGTERM, then SIGKILL) on exit. `daemon.url` is its base URL; ICE is offered on 127.0.0.1 only.
 
     :param extra_args: more `serve` flags, e.g. ("--execution-provider", "cuda").
+    :param run_stream: the entry point to run (another revision's checkout, for `bench --baseline`).
     """
 
     def __init__(
@@ -52,12 +53,14 @@ class DaemonProcess:
         *,
         extra_args: tuple[str, ...] = (),
         ready_timeout_s: float = 60.0,
+        run_stream: Path | None = None,
     ) -> None:
         self.port = free_loopback_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
+        self._run_stream = run_stream or RUN_STREAM
         self._command = [
-            sys.executable, str(RUN_STREAM), "--log-format", "json",
+            sys.executable, str(self._run_stream), "--log-format", "json",
             "serve", "--host", "127.0.0.1", "--port", str(self.port),
             "--models-dir", str(models_dir), "--ice-address", "127.0.0.1", *extra_args,
         ]  # fmt: skip
@@ -84,7 +87,7 @@ class DaemonProcess:
         logger.info("starting daemon on %s (log %s)", self.url, self.log_path)
         with self.log_path.open("wb") as log:
             self._process = subprocess.Popen(
-                self._command, cwd=RUN_STREAM.parent, stdout=log, stderr=subprocess.STDOUT
+                self._command, cwd=self._run_stream.parent, stdout=log, stderr=subprocess.STDOUT
             )
         started = time.monotonic()
         try:

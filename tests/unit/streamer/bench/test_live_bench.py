@@ -2,7 +2,7 @@
 
 import pytest
 
-from streamer.bench.live_bench import PhaseResult, format_table, summarise_phase
+from streamer.bench.live_bench import LiveRun, PhaseResult, _swap_summary, format_table, summarise_phase
 from streamer.bench.peer_client import LiveResult
 
 
@@ -56,6 +56,41 @@ def test_table_has_one_row_per_phase_and_dashes_for_missing_latency() -> None:
         "ms",
         "server",
         "ms",
+        "q1",
+        "p50",
+        "q4",
+        "p50",
     ]
-    assert lines[2].split() == ["passthrough", "300", "298", "0", "0", "29.8", "14.2", "21.0", "30.5", "3.2"]
-    assert lines[3].split() == ["mesh", "300", "240", "240", "55", "24.0", "-", "-", "-", "-"]
+    assert lines[2].split() == [
+        "passthrough", "300", "298", "0", "0", "29.8", "14.2", "21.0", "30.5", "3.2", "-", "-"
+    ]  # fmt: skip
+    assert lines[3].split() == ["mesh", "300", "240", "240", "55", "24.0", "-", "-", "-", "-", "-", "-"]
+
+
+def test_quarters_show_latency_creeping_up() -> None:
+    latencies = tuple([40.0] * 25 + [60.0] * 50 + [90.0] * 25)
+    phase = summarise_phase("mesh", _result(latencies, sent=100, received=100), 0, 3.3, 0, call=1)
+    assert (phase.first_quarter_p50_ms, phase.last_quarter_p50_ms) == (40.0, 90.0)
+    assert phase.call == 1
+
+
+def test_several_calls_are_told_apart_in_the_table() -> None:
+    phases = [
+        PhaseResult("mesh", 10.0, 300, 100, 0, 0, 0, 200, 10.0, 150.0, 200.0, 250.0, call=call)
+        for call in range(2)
+    ]
+    rows = format_table(phases, "header").splitlines()[2:]
+    assert [row.split()[0] for row in rows] == ["mesh#1", "mesh#2"]
+
+
+def test_summary_takes_medians_per_daemon_over_rounds() -> None:
+    def run(label: str, round_index: int, fps: float, p50: float) -> LiveRun:
+        swap = PhaseResult("mesh", 10.0, 300, int(fps * 10), 0, 0, 0, 0, fps, p50, p50 * 1.5, p50 * 2)
+        passthrough = PhaseResult("passthrough", 10.0, 300, 300, 0, 0, 0, 0, 30.0, 15.0, 20.0, 25.0)
+        return LiveRun(label, round_index, [passthrough, swap])
+
+    runs = [run("baseline abc", 0, 20.0, 120.0), run("current", 0, 29.0, 40.0), run("current", 1, 28.0, 50.0)]
+    runs.append(run("baseline abc", 1, 22.0, 100.0))
+    summary = _swap_summary(runs)
+    assert summary["current"] == {"fps": 28.5, "p50_ms": 45.0, "p95_ms": 67.5, "passthrough_p50_ms": 15.0}
+    assert summary["baseline abc"]["fps"] == 21.0 and summary["baseline abc"]["p50_ms"] == 110.0
