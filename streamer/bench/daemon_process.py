@@ -44,6 +44,7 @@ class DaemonProcess:
 
     :param extra_args: more `serve` flags, e.g. ("--execution-provider", "cuda").
     :param run_stream: the entry point to run (another revision's checkout, for `bench --baseline`).
+    :param port: the port to serve on (default: a free one), for flags that must name it (--public-url).
     """
 
     def __init__(
@@ -54,8 +55,9 @@ class DaemonProcess:
         extra_args: tuple[str, ...] = (),
         ready_timeout_s: float = 60.0,
         run_stream: Path | None = None,
+        port: int | None = None,
     ) -> None:
-        self.port = free_loopback_port()
+        self.port = port if port is not None else free_loopback_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
         self._run_stream = run_stream or RUN_STREAM
