@@ -163,7 +163,17 @@ async def _measure_phase(clients: list[PeerClient], name: str, seconds: float) -
 
 
 async def _all_stats(clients: list[PeerClient]) -> list[dict[str, Any]]:
-    return list(await asyncio.gather(*(client.session_stats() for client in clients)))
+    """Each call's session stats; {} for a call whose session the daemon ended (logged, not fatal: the
+    phase then shows what that call received)."""
+
+    async def stats_of(call: int, client: PeerClient) -> dict[str, Any]:
+        try:
+            return await client.session_stats()
+        except ValueError as error:
+            logger.warning("call %d: no session stats (%s)", call, error)
+            return {}
+
+    return list(await asyncio.gather(*(stats_of(call, client) for call, client in enumerate(clients))))
 
 
 async def measure_live(
@@ -218,7 +228,7 @@ def loopback_bench(
     """A daemon child process with the bench's model flags, and the inputs both loopback benches send;
     `run_stream`: the daemon of another checkout (`--baseline`)."""
     media = media_dir_from_args(args)
-    models_dir = resolve_models_dir(args.models_dir)
+    models_dir = resolve_models_dir(args.models_dir).resolve()  # the daemon may run in another checkout
     frames = panning_face_frames(
         read_image_file(media / TARGET_PHOTO), args.width, args.height, MOTION_FRAMES
     )
