@@ -6,8 +6,9 @@ of free UDP ports for `--ice-port-range`."""
 import asyncio
 import random
 import socket
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+import threading
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 
 from aioice import stun
 
@@ -15,6 +16,18 @@ from streamer.transport.ice_host_candidates import PortRange
 
 # a TCP port nobody listens on: a turn:...?transport=tcp URL there fails at once (UDP would wait 5 s)
 CLOSED_TCP_PORT = 9
+
+
+def binding_response(data: bytes, sender: tuple[str, int]) -> bytes:
+    """A STUN server's answer to a BINDING request: the sender's address, XOR-mapped."""
+    request = stun.parse_message(data)
+    response = stun.Message(
+        message_method=stun.Method.BINDING,
+        message_class=stun.Class.RESPONSE,
+        transaction_id=request.transaction_id,
+    )
+    response.attributes["XOR-MAPPED-ADDRESS"] = sender
+    return bytes(response)
 
 
 class StunResponder(asyncio.DatagramProtocol):
@@ -28,16 +41,9 @@ class StunResponder(asyncio.DatagramProtocol):
         self.transport = transport  # type: ignore[assignment]  # a datagram endpoint's transport
 
     def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
-        request = stun.parse_message(data)
-        response = stun.Message(
-            message_method=stun.Method.BINDING,
-            message_class=stun.Class.RESPONSE,
-            transaction_id=request.transaction_id,
-        )
-        response.attributes["XOR-MAPPED-ADDRESS"] = addr
         assert self.transport is not None
         self.requests += 1
-        self.transport.sendto(bytes(response), addr)
+        self.transport.sendto(binding_response(data, addr), addr)
 
 
 @asynccontextmanager
@@ -49,6 +55,31 @@ async def stun_server() -> AsyncIterator[int]:
         yield transport.get_extra_info("sockname")[1]
     finally:
         transport.close()
+
+
+@contextmanager
+def stun_server_thread() -> Iterator[int]:
+    """The same stand-in on a thread, for peers in other processes (a daemon, a browser)."""
+    stopping = threading.Event()
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as server:
+        server.bind(("127.0.0.1", 0))
+        server.settimeout(0.1)
+
+        def answer() -> None:
+            while not stopping.is_set():
+                try:
+                    data, sender = server.recvfrom(2048)
+                    server.sendto(binding_response(data, sender), sender)
+                except (TimeoutError, ValueError):
+                    continue  # nothing yet, or not a STUN message
+
+        thread = threading.Thread(target=answer, name="stun-stand-in", daemon=True)
+        thread.start()
+        try:
+            yield server.getsockname()[1]
+        finally:
+            stopping.set()
+            thread.join(timeout=5)
 
 
 def free_udp_range(size: int) -> PortRange:

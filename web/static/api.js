@@ -1,6 +1,11 @@
 // The one door to the daemon's REST API: every request goes through apiFetch so that a bearer token
 // (from ?token= or asked for after a 401) is attached in one place, and every non-2xx answer becomes an
 // ApiError carrying the server's own {"error": "..."} message for the page to show.
+//
+// Several daemons behind a proxy: a new session is answered by whichever daemon has room, and its
+// `Location` names that daemon (absolute under its --public-url). apiFetch remembers it, and every later
+// request for that session (/api/sessions/{id}/...) goes there, not to this page's origin; a daemon on
+// another origin answers with CORS (serve --cors-origin <this page's origin>).
 
 export class ApiError extends Error {
   constructor(status, message) {
@@ -11,6 +16,33 @@ export class ApiError extends Error {
 }
 
 const auth = { token: new URLSearchParams(window.location.search).get('token') };
+const SESSION_PATH = /^\/api\/sessions\/([^/?#]+)(.*)$/;
+const SESSION_LOCATION = /\/api\/sessions\/([^/?#]+)$/; // after the daemon's --public-url (and its path)
+const sessionUrls = new Map(); // session id -> the absolute URL its Location gave
+
+/** Where a request for `path` goes: a known session's own daemon, else this page's origin. */
+function routed(path) {
+  const match = SESSION_PATH.exec(path);
+  const base = match && sessionUrls.get(match[1]);
+  return base ? base + match[2] : path;
+}
+
+/** A session's own DELETE (answered 204, or 404: gone already) ends what is remembered of it. */
+function forgetEnded(path, method, response) {
+  const match = SESSION_PATH.exec(path);
+  if (match && !match[2] && method === 'DELETE' && (response.ok || response.status === 404)) {
+    sessionUrls.delete(match[1]);
+  }
+}
+
+/** Remember the daemon that holds a session just created (201 + Location /api/sessions/{id}). */
+function rememberLocation(response) {
+  const location = response.headers.get('Location');
+  if (response.status !== 201 || !location) return;
+  const url = new URL(location, response.url || window.location.href);
+  const match = SESSION_LOCATION.exec(url.pathname);
+  if (match) sessionUrls.set(match[1], url.href);
+}
 
 export function hasToken() {
   return Boolean(auth.token);
@@ -50,10 +82,12 @@ export async function apiFetch(path, options = {}) {
     }
     let response;
     try {
-      response = await fetch(path, { method, body, headers, keepalive });
+      response = await fetch(routed(path), { method, body, headers, keepalive });
     } catch (networkError) {
       throw new ApiError(0, `cannot reach the server (${networkError.message})`);
     }
+    rememberLocation(response);
+    forgetEnded(path, method, response);
     if (response.status === 401 && attempt === 0 && !keepalive) {
       const token = window.prompt('This server needs an access token:');
       if (token) {
@@ -70,4 +104,13 @@ export async function apiFetch(path, options = {}) {
     }
     return response.json();
   }
+}
+
+/**
+ * The STUN/TURN servers for a new call's RTCPeerConnection (TURN with a fresh short-lived credential):
+ * ask just before each call, never cache them.
+ */
+export async function iceServers() {
+  const body = await apiFetch('/api/ice-servers');
+  return Array.isArray(body?.iceServers) ? body.iceServers : [];
 }

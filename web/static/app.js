@@ -1,6 +1,6 @@
 // livefuse page: camera -> stamped canvas -> WebRTC -> daemon (face swap) -> swapped video back,
 // with a source-photo upload, live settings and stats. Standard APIs only (current Chrome and Firefox).
-import { apiFetch } from './api.js';
+import { apiFetch, iceServers } from './api.js';
 import { LatencyWindow, StampReader, startLatencyReadout, startStamping } from './stamp.js';
 import { formatNumber as fmt, formatProcessing, summariseRtp, videoRtpReports } from './stats.js';
 
@@ -146,7 +146,8 @@ async function startCall() {
     const sentHeight = ui.sendCanvas.height;
     const outgoing = ui.sendCanvas.captureStream(CAPTURE_FPS);
 
-    const pc = new RTCPeerConnection({ iceServers: [] });
+    const pc = new RTCPeerConnection({ iceServers: await iceServers() });
+    window.livefuse.iceServers = pc.getConfiguration().iceServers;
     current.pc = pc;
     const transceiver = pc.addTransceiver(outgoing.getVideoTracks()[0], {
       direction: 'sendrecv',

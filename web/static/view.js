@@ -1,7 +1,9 @@
 // The viewer page (/view/{id}): only the swapped video of one session, full-bleed, for an OBS Browser
 // Source. It plays the session through WHEP (POST /whep/{id}, recvonly offer with its candidates) and
 // reconnects on its own: when the session is not there yet, when the peer fails, or when a publisher
-// restarts (the id "latest" follows the newest WHIP stream). ?token= is sent as a bearer token.
+// restarts (the id "latest" follows the newest WHIP stream). ?token= is sent as a bearer token. Its peer
+// uses the daemon's STUN/TURN servers (GET /api/ice-servers); behind a proxy, open the viewer on the host
+// of the daemon that holds the session (its WHIP or session Location).
 // window.livefuseViewer exposes the state for tests: {state, connects, viewerUrl}.
 
 const RETRY_MS = [500, 1000, 2000];
@@ -80,10 +82,24 @@ function retryLater(reason) {
   }, delay);
 }
 
+/** The daemon's STUN/TURN servers (a fresh TURN credential each time); none when it cannot say. */
+async function iceServers() {
+  try {
+    const response = await fetch('/api/ice-servers', { headers: authHeaders(), cache: 'no-store' });
+    if (response.ok) {
+      const body = await response.json();
+      return Array.isArray(body.iceServers) ? body.iceServers : [];
+    }
+  } catch (error) {
+    // the WHEP request below reports what is wrong with the server
+  }
+  return [];
+}
+
 async function connect() {
   await hangUp();
   setState('connecting');
-  const peer = new RTCPeerConnection();
+  const peer = new RTCPeerConnection({ iceServers: await iceServers() });
   pc = peer;
   peer.addTransceiver('video', { direction: 'recvonly' });
   peer.addTransceiver('audio', { direction: 'recvonly' });
