@@ -18,7 +18,7 @@ import aiohttp
 import av
 import numpy as np
 import pytest
-from aiortc import RTCPeerConnection
+from aiortc import RTCConfiguration, RTCPeerConnection
 from aiortc.mediastreams import AudioStreamTrack
 
 from streamer.bench.peer_client import PeerClient
@@ -320,7 +320,11 @@ async def test_drain_refuses_new_sessions_and_closes_open_ones_within_the_bound(
             async with http.get(f"{url}/health") as response:
                 assert response.status == 200  # still answering while it drains
             async with http.get(f"{url}/ready") as response:
-                assert response.status == 503 and (await response.json()) == {"ready": False}
+                assert response.status == 503
+                assert (await response.json()) == {
+                    "ready": False,
+                    "reason": "draining: this daemon is shutting down",
+                }
         received = len(first.received)
         await asyncio.sleep(0.5)
         assert len(first.received) <= received + 2, "frames still arrive after the drain"
@@ -331,7 +335,7 @@ async def test_an_answered_offer_that_sends_no_video_is_reaped(monkeypatch: pyte
     monkeypatch.setattr("web.limits.FIRST_FRAME_TIMEOUT_S", 1.0)
     config = DaemonConfig(ice_addresses=(LOOPBACK,), idle_timeout_s=1.0)
     async with running_daemon(fake_binding(), config) as (url, engine), aiohttp.ClientSession() as http:
-        pc = RTCPeerConnection()
+        pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))  # no default STUN: loopback only
         try:
             pc.addTrack(AudioStreamTrack())
             pc.addTransceiver("video", direction="recvonly")

@@ -175,12 +175,12 @@ def _image_header(request: dict[str, object]) -> dict[str, str]:
 
 async def _fresh_offer() -> str:
     """A real browser-like offer (aiortc), so truncating it gives a plausible half SDP."""
-    from aiortc import RTCPeerConnection
+    from aiortc import RTCConfiguration, RTCPeerConnection
 
     from streamer.transport.ice_addresses import restrict_ice_addresses
 
     restrict_ice_addresses([LOOPBACK])
-    pc = RTCPeerConnection()
+    pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))  # no default STUN: loopback only
     try:
         pc.addTransceiver("video", direction="sendrecv")
         await pc.setLocalDescription(await pc.createOffer())

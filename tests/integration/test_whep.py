@@ -5,13 +5,16 @@ from pathlib import Path
 
 import aiohttp
 import numpy as np
-from aiortc import RTCPeerConnection
+from aiortc import RTCConfiguration, RTCPeerConnection
 
 from streamer.bench.peer_client import PeerClient
 from streamer.bench.whip_client import WhepViewer, WhipPublisher
 from tests.fakes_pipeline import face_box, fake_binding, source_colour
 from tests.integration.daemon_harness import camera_frame, decoded_photo, running_daemon
 from tests.integration.whip_harness import SOURCE, assert_nothing_left, config, wait_until_empty
+
+# aiortc's default adds Google's STUN server: test peers stay on loopback (DESIGN.md section 7)
+NO_ICE_SERVERS = RTCConfiguration(iceServers=[])
 
 TOKEN = "whep-test-token-456"
 SDP = {"Content-Type": "application/sdp"}
@@ -24,7 +27,7 @@ def face_colour(frame: np.ndarray) -> np.ndarray:
 
 async def recvonly_offer(*kinds: str) -> str:
     """A recvonly offer of `kinds` (its peer connection closed at once: only the SDP is needed)."""
-    pc = RTCPeerConnection()
+    pc = RTCPeerConnection(NO_ICE_SERVERS)
     for kind in kinds:
         pc.addTransceiver(kind, direction="recvonly")
     await pc.setLocalDescription(await pc.createOffer())

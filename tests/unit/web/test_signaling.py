@@ -8,13 +8,16 @@ import numpy as np
 import pytest
 from aiohttp import FormData
 from aiohttp.test_utils import TestClient, TestServer
-from aiortc import RTCPeerConnection
+from aiortc import RTCConfiguration, RTCPeerConnection
 
 from streamer.transport.ice_addresses import restrict_ice_addresses
 from tests.fakes_pipeline import fake_binding
 from web.app import create_app
 from web.app_keys import ENGINE_KEY
 from web.daemon_config import DaemonConfig
+
+# aiortc's default adds Google's STUN server: test peers stay on loopback (DESIGN.md section 7)
+NO_ICE_SERVERS = RTCConfiguration(iceServers=[])
 
 
 @pytest.fixture
@@ -27,7 +30,7 @@ async def client() -> AsyncIterator[TestClient]:
 
 async def _offer_sdp() -> str:
     restrict_ice_addresses(["127.0.0.1"])
-    pc = RTCPeerConnection()
+    pc = RTCPeerConnection(NO_ICE_SERVERS)
     try:
         pc.addTransceiver("video", direction="sendrecv")
         await pc.setLocalDescription(await pc.createOffer())

@@ -6,7 +6,7 @@ import aiortc.rtcrtpsender
 import av
 import numpy as np
 import pytest
-from aiortc import RTCPeerConnection, RTCRtpSender
+from aiortc import RTCConfiguration, RTCPeerConnection, RTCRtpSender
 from aiortc.codecs.h264 import H264Encoder
 from aiortc.codecs.vpx import Vp8Encoder
 from aiortc.rtcrtpparameters import RTCRtpCodecParameters
@@ -21,6 +21,9 @@ from streamer.transport.codec_tuning import (
     prefer_codec,
 )
 from streamer.transport.ice_addresses import restrict_ice_addresses
+
+# aiortc's default adds Google's STUN server: test peers stay on loopback (DESIGN.md section 7)
+NO_ICE_SERVERS = RTCConfiguration(iceServers=[])
 
 
 @pytest.fixture(autouse=True)
@@ -89,7 +92,7 @@ def test_install_routes_the_sender_to_tuned_encoders() -> None:
 
 
 async def test_answer_prefers_vp8_when_offer_lists_h264_first() -> None:
-    offerer, answerer = RTCPeerConnection(), RTCPeerConnection()
+    offerer, answerer = RTCPeerConnection(NO_ICE_SERVERS), RTCPeerConnection(NO_ICE_SERVERS)
     try:
         transceiver = offerer.addTransceiver("video")
         codecs = RTCRtpSender.getCapabilities("video").codecs

@@ -1,9 +1,12 @@
 from collections.abc import Iterator
 
 import pytest
-from aiortc import RTCPeerConnection
+from aiortc import RTCConfiguration, RTCPeerConnection
 
 from streamer.transport.ice_addresses import current_host_addresses, restrict_ice_addresses
+
+# aiortc's default adds Google's STUN server: test peers stay on loopback (DESIGN.md section 7)
+NO_ICE_SERVERS = RTCConfiguration(iceServers=[])
 
 
 @pytest.fixture(autouse=True)
@@ -26,7 +29,7 @@ def test_rejects_non_addresses() -> None:
 
 async def test_gathered_candidates_are_loopback_only() -> None:
     restrict_ice_addresses(["127.0.0.1"])
-    pc = RTCPeerConnection()
+    pc = RTCPeerConnection(NO_ICE_SERVERS)
     try:
         pc.addTransceiver("video")
         await pc.setLocalDescription(await pc.createOffer())
