@@ -117,6 +117,12 @@ class BatchWorker:
         self._last_error_log = 0.0
         self.error: BaseException | None = None
         self.batches = 0
+        self._busy_s = 0.0  # time spent in batches, written by the worker thread only
+
+    def busy_seconds(self) -> float:
+        """Total time the worker has spent running batches (any thread may read it; sessions sample it
+        to see how much headroom is left, streamer/realtime/swap_cadence.py)."""
+        return self._busy_s
 
     @property
     def policy(self) -> BatchPolicy:
@@ -264,8 +270,9 @@ class BatchWorker:
                 lane.deliver(item, self._convert_out(lane, item, output))
             lane.processing_ms.append((processed - started) * 1000.0)
         self.batches += 1
+        finished = time.perf_counter()
+        self._busy_s += finished - started
         if self._metrics is not None:
-            finished = time.perf_counter()
             self._metrics.stage_seconds.observe(converted - started, stage="convert_in")
             self._metrics.stage_seconds.observe(processed - converted, stage="pipeline")
             self._metrics.stage_seconds.observe(finished - processed, stage="convert_out")

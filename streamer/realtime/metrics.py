@@ -219,6 +219,11 @@ class DaemonMetrics:
             ("stage",),
             buckets=FRAME_AGE_BUCKETS,
         )
+        self.swap_cadence = registry.gauge(
+            "livefuse_swap_cadence",
+            "Every how many frames a session swaps (1: all; more when the worker cannot keep up)",
+            ("session_id",),
+        )
         self.client_latency_seconds = registry.histogram(
             "livefuse_e2e_latency_seconds", "Glass-to-glass latency reported by clients from frame stamps"
         )
@@ -252,5 +257,5 @@ class DaemonMetrics:
         )
 
     def forget_session(self, session_id: str) -> None:
-        for metric in (self.frames_in, self.frames_out, self.frames_dropped):
+        for metric in (self.frames_in, self.frames_out, self.frames_dropped, self.swap_cadence):
             metric.remove(session_id=session_id)

@@ -26,6 +26,7 @@ from streamer.realtime.batch_worker import BatchWorker, InboundFrame, WorkerLane
 from streamer.realtime.metrics import DaemonMetrics
 from streamer.realtime.pipeline_binding import PipelineBinding, Settings
 from streamer.realtime.session_outputs import SessionOutputs
+from streamer.realtime.swap_cadence import SwapCadence
 from streamer.realtime.swapped_track import SwappedTrack
 from streamer.transport.codec_tuning import prefer_codec
 
@@ -78,6 +79,8 @@ class PeerSession:
         self.outputs = SessionOutputs(session_id)  # WHEP viewers and the viewer page
         self._sends_video = True
         self._lane = WorkerLane(session_id, None, binding.default_settings, self._deliver_from_worker)
+        self._cadence = SwapCadence(worker.busy_seconds, session_id=session_id)
+        self._published_cadence = 0
         self._reader: asyncio.Task[None] | None = None
         self._closed: asyncio.Future[None] | None = None
         self._ended = False
@@ -178,6 +181,8 @@ class PeerSession:
                 lane = self._lane
                 if lane.source is None or not getattr(lane.settings, "swap_enabled", True):
                     self._push_out(item, frame)  # passthrough: no trip through the worker
+                elif not self._admit():
+                    continue  # shed by the swap cadence: never sent unswapped
                 elif lane.mailbox.put(item):
                     self._metrics.frames_dropped.inc(session_id=self.session_id)
         except Exception:  # a reader bug ends this session only; logged with its id
@@ -189,11 +194,22 @@ class PeerSession:
         self._in_stamps.append(time.monotonic())
         self._metrics.frames_in.inc(session_id=self.session_id)
 
+    def _admit(self) -> bool:
+        admitted = self._cadence.admit()
+        if self._cadence.cadence != self._published_cadence:
+            self._published_cadence = self._cadence.cadence
+            self._metrics.swap_cadence.set(self._published_cadence, session_id=self.session_id)
+        return admitted
+
     def _deliver_from_worker(self, item: InboundFrame, output: VideoFrame) -> None:
         try:
-            self._loop.call_soon_threadsafe(self._push_out, item, output)
+            self._loop.call_soon_threadsafe(self._push_swapped, item, output)
         except RuntimeError:  # loop already closed during shutdown: nothing left to send to
             pass
+
+    def _push_swapped(self, item: InboundFrame, output: VideoFrame) -> None:
+        self._cadence.swapped()
+        self._push_out(item, output)
 
     def _push_out(self, item: InboundFrame, output: VideoFrame) -> None:
         if self._closed is not None:
@@ -213,6 +229,7 @@ class PeerSession:
         settings = self._lane.settings
         pipeline = self._binding.pipeline
         self._lane.source = await self._worker.call(lambda: pipeline.prepare_source(image, settings))
+        self._cadence.reset()
         self.source_info = SourceInfo(sha256, int(image.shape[1]), int(image.shape[0]))
         logger.info("session %s: source set", self.session_id, extra={**self._extra, "event": "source_set"})
         return self.source_info
@@ -258,6 +275,7 @@ class PeerSession:
             "has_source": self._lane.source is not None,
             "has_reference": self.reference_sha256 is not None,
             "connection_state": self._pc.connectionState if self._pc else "new",
+            "quality": self._cadence.describe(),
             "viewers": self.outputs.viewer_count,
         }
 

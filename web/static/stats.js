@@ -57,3 +57,14 @@ export function formatProcessing(value) {
   }
   return '–';
 }
+
+/**
+ * The server's swap cadence ({swap_cadence, frames_shed, reason}): "every frame", or, when the daemon
+ * swaps fewer frames because it cannot keep up, "every 2nd frame" with why and how many were skipped.
+ */
+export function formatCadence(quality) {
+  if (!quality || !quality.swap_cadence) return '–';
+  if (quality.swap_cadence === 1) return 'every frame';
+  const nth = quality.swap_cadence === 2 ? '2nd' : quality.swap_cadence === 3 ? '3rd' : `${quality.swap_cadence}th`;
+  return `every ${nth} frame (${quality.reason}; ${quality.frames_shed} skipped)`;
+}
