@@ -34,15 +34,22 @@ FRAME_PATH: tuple[Stage, ...] = (
     Stage("offer/answer (browser), WHIP (OBS)", "web.signaling:add_routes", "event loop"),
     Stage("decode RTP -> av.VideoFrame", "streamer.transport.jitter_marker:remove_frame_on_marker", "aiortc"),
     Stage("read the newest frame", "streamer.realtime.peer_session:PeerSession", "event loop"),
+    Stage(
+        "swap every frame, or every 2nd.. under load",
+        "streamer.realtime.swap_cadence:SwapCadence",
+        "event loop",
+    ),
     Stage("one slot, newest wins", "streamer.realtime.mailbox:FrameMailbox", "loop -> worker"),
     Stage("close a batch over sessions", "streamer.realtime.micro_batcher:MicroBatcher", "worker"),
     Stage("I420 -> RGB (host or device)", "streamer.realtime.frame_conversion:FrameConversion", "worker"),
-    Stage("detect, mesh, smooth", "streamer.pipeline.face_tracker:FaceTracker", "worker"),
+    Stage("mesh, smooth; detect when unsure", "streamer.pipeline.face_tracker:FaceTracker", "worker"),
     Stage("select faces", "streamer.pipeline.face_selector:select_faces", "worker"),
     Stage("swap (mesh | inswapper)", "streamer.pipeline.frame_pipeline:FramePipeline", "worker"),
     Stage("label swapped video", "streamer.outputs.provenance:draw_label", "worker"),
     Stage("RGB -> I420", "streamer.realtime.frame_conversion:FrameConversion", "worker"),
-    Stage("queue <= 2, keep pts", "streamer.realtime.swapped_track:SwappedTrack", "event loop"),
+    Stage(
+        "one slot to the encoder, newest wins", "streamer.realtime.swapped_track:SwappedTrack", "event loop"
+    ),
     Stage("encode + RTP (x264/VP8 tuned)", "streamer.transport.codec_tuning:get_tuned_encoder", "aiortc"),
     Stage("WHEP viewers, viewer page", "streamer.realtime.session_outputs:SessionOutputs", "event loop"),
 )
