@@ -104,6 +104,19 @@ def test_each_pods_public_url_is_routed_to_that_pod(resources: list[Resource]) -
             assert backend["port"]["name"] in ports
 
 
+def test_the_page_on_the_new_calls_host_may_call_every_pod_host(resources: list[Resource]) -> None:
+    """The page comes from https://<public-domain>; its session's requests go to the pod's own host
+    (the Location), another origin: each pod lets exactly the page's origin in (CORS)."""
+    domain = config_value(resources, "livefuse-config", "public-domain")
+    assert ingress_routes(resources)[domain] == DAEMON, "the page and new calls live on the domain"
+    item = container(one(resources, "StatefulSet", DAEMON), DAEMON)
+    origin = argument_value(daemon_args(resources), "--cors-origin")
+    assert origin is not None
+    for reference in re.findall(r"\$\((\w+)\)", origin):
+        assert reference in [variable["name"] for variable in item["env"]], f"$({reference}) is not defined"
+    assert origin.replace("$(PUBLIC_DOMAIN)", domain) == f"https://{domain}"
+
+
 def test_disruption_budget_covers_the_daemon_pods_only(resources: list[Resource]) -> None:
     budget = one(resources, "PodDisruptionBudget", DAEMON)
     selector = budget["spec"]["selector"]["matchLabels"]
