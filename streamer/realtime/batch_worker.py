@@ -27,7 +27,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-import av
 from av import VideoFrame
 
 from streamer.outputs.provenance import check_label, draw_label
@@ -43,7 +42,6 @@ Result = TypeVar("Result")
 IDLE_WAIT_S = 0.25
 ERROR_LOG_INTERVAL_S = 5.0
 MAX_LANE_FAILURES = 15  # consecutive failed frames (half a second at 30 fps) before a session is ended
-DECODE_ERRORS = (ValueError, av.FFmpegError)  # what a mangled frame raises when converted
 OUT_OF_MEMORY_MESSAGES = ("failed to allocate memory", "out of memory")
 
 
@@ -293,7 +291,8 @@ class BatchWorker:
         for lane, item in taken:
             try:
                 converted.append((lane, item, self.conversion.to_pipeline(lane.session_id, item.video_frame)))
-            except DECODE_ERRORS as error:  # a mangled frame: drop it, the session's next one may be fine
+            except Exception as error:  # noqa: BLE001 - a mangled frame (ValueError, av.FFmpegError) or anything
+                # else one frame can raise: drop it, the session's next one may be fine; the others go on
                 self._count_lane_failure(lane, error)
         return converted
 

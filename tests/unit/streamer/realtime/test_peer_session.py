@@ -3,7 +3,7 @@
 import asyncio
 
 import pytest
-from aiortc import RTCPeerConnection, RTCSessionDescription
+from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 
 from streamer.realtime.batch_worker import BatchWorker
 from streamer.realtime.metrics import DaemonMetrics
@@ -15,7 +15,7 @@ from tests.fakes_pipeline import FakeSwapSettings, fake_binding
 
 async def _offer() -> RTCSessionDescription:
     restrict_ice_addresses(["127.0.0.1"])
-    pc = RTCPeerConnection()
+    pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))  # aiortc's default asks Google's STUN server
     try:
         pc.addTransceiver("video", direction="sendrecv")
         pc.addTransceiver("audio", direction="sendrecv")
