@@ -4,23 +4,28 @@ A single feathered alpha blend has one transition width for every frequency: nar
 difference between source and target shows as a line along the edge; wide, and the source's fine
 detail smears into a ghost. Burt and Adelson's answer is one transition per frequency band: the
 difference D = patch - region is split into a Laplacian pyramid, each band is weighted by its own
-mask, and the weighted bands are summed back onto the region.
+mask, and the weighted bands are added to the region.
 
-Here the masks come from the caller, one per level, finest first (`masks[..., k]`): the engine warps
-them from the source texture, where they were built once, each fading in further inside the face than
-the one before. So near the face's edge (and near the eye and mouth holes) only fine detail of the
-source is added, while the tone (the coarse bands) is the target's; deep inside, all bands together
-give the patch exactly. Nothing leaks outward: a pixel whose finest mask is 0 keeps its value bit for
-bit (what lies outside the face, the target's eyes and inner mouth).
+Here the masks come from the caller at full resolution, one per band, finest first (`masks[..., k]`):
+the engine warps them from the source texture, where they were built once, each fading in further
+inside the face than the one before. So near the face's edge (and near the eye and mouth holes) only
+the fine detail of the source is added while the tone (the coarse bands) stays the target's; deep
+inside, all bands together give the patch exactly. Because each band is weighted at full resolution
+(not on its pyramid level, where a mask would spread with the level's footprint), a band is
+attenuated exactly where its mask says and nowhere else: a pixel whose masks are all 0 keeps its
+value bit for bit (what lies outside the face, the target's eyes and inner mouth), and the source's
+coarse tone is not dimmed around the holes of a mask (a beard next to the mouth stays a beard).
 
+Band k at full resolution is P_k - P_(k+1), with P_k the pyramid's level k expanded back up (cv2.pyrUp
+k times), so the blend is  D_blended = A_0 * P_0 + sum over k >= 1 of (A_k - A_(k-1)) * P_k.
 The pyramid of D is built as a normalised convolution with the finest mask as weight: D * w and w are
-reduced together and divided per level, so the coarse bands never see what lies outside the face (the
-source's hair or background in the texture crop, the target's eyes). Reductions are cv2.pyrDown,
-expansions cv2.pyrUp (OpenCV's exact border rules are ported in gpu_ops/kernels/multiband_blend.cu).
+reduced together (cv2.pyrDown) and divided per level, so the coarse bands never see what lies outside
+the face (the source's hair or background in the texture crop, the target's eyes). OpenCV's exact
+border rules are ported to the CUDA kernels (gpu_ops/kernels/multiband_blend.cu).
 
 In place: `region` (uint8 H x W x 3, may be a view of a frame) receives the blend of `patch` (uint8,
-same shape) with `masks` (float32 H x W x L in [0, 1]); L is 2..MAX_LEVELS. Levels that would be
-smaller than 2 px are dropped (a tiny face gets fewer bands). The CuPy path agrees within 1 level.
+same shape) with `masks` (float32 H x W x L in [0, 1], L = 2..MAX_LEVELS). Levels that would be smaller
+than MIN_LEVEL_PX are dropped (a tiny face gets fewer bands). The CuPy path agrees within 1 level.
 """
 
 import logging
@@ -37,11 +42,10 @@ from gpu_ops.masks import blend, blend_cpu
 logger = logging.getLogger(__name__)
 
 Image = NDArray[np.uint8]
-LevelMasks = NDArray[np.float32]  # H x W x L, finest level first
+LevelMasks = NDArray[np.float32]  # H x W x L, finest band first
 MAX_LEVELS = 5
 MIN_LEVEL_PX = 2  # the coarsest level keeps at least this many pixels across
 WEIGHT_EPSILON = 1e-3  # below this summed weight a coarse pixel has no trusted difference
-_CARRIED = 6  # per coarse pixel: the normalised difference (3) and the blended correction so far (3)
 _BLOCK_2D = (32, 8, 1)
 
 
@@ -52,6 +56,14 @@ def usable_levels(levels: int, width: int, height: int) -> int:
         side = (side + 1) // 2
         usable += 1
     return usable
+
+
+def level_sizes(width: int, height: int, levels: int) -> list[tuple[int, int]]:
+    """(w, h) of every pyramid level, finest first, as cv2.pyrDown makes them."""
+    sizes = [(width, height)]
+    for _ in range(levels - 1):
+        sizes.append(((sizes[-1][0] + 1) // 2, (sizes[-1][1] + 1) // 2))
+    return sizes
 
 
 def _check(region: Any, patch: Any, masks: Any) -> None:
@@ -68,9 +80,8 @@ def _check(region: Any, patch: Any, masks: Any) -> None:
 def _normalised(level: NDArray[np.float32]) -> NDArray[np.float32]:
     """The weighted difference divided by its weight: D where the face is trusted, 0 where it is not."""
     weight = level[..., 3:4]
-    return np.where(weight > WEIGHT_EPSILON, level[..., :3] / np.maximum(weight, WEIGHT_EPSILON), 0.0).astype(
-        np.float32
-    )
+    normalised = np.where(weight > WEIGHT_EPSILON, level[..., :3] / np.maximum(weight, WEIGHT_EPSILON), 0.0)
+    return np.asarray(normalised, np.float32)
 
 
 def multiband_blend_cpu(region: Image, patch: Image, masks: LevelMasks) -> None:
@@ -78,30 +89,28 @@ def multiband_blend_cpu(region: Image, patch: Image, masks: LevelMasks) -> None:
     _check(region, patch, masks)
     height, width = region.shape[:2]
     levels = usable_levels(masks.shape[2], width, height)
-    weight = np.ascontiguousarray(masks[..., 0], np.float32)
+    masks = np.asarray(masks, np.float32)
     if levels == 1:
-        blend_cpu(region, patch, weight)
+        blend_cpu(region, patch, np.ascontiguousarray(masks[..., 0]))
         return
-    base = np.empty((height, width, 3 + levels), np.float32)
-    base[..., :3] = (patch.astype(np.float32) - region) * weight[..., None]
-    base[..., 3:] = masks[..., :levels]
+    base = np.empty((height, width, 4), np.float32)
+    base[..., :3] = (patch.astype(np.float32) - region) * masks[..., 0:1]
+    base[..., 3] = masks[..., 0]
     pyramid: list[NDArray[np.float32]] = [base]
     for _ in range(levels - 1):
         pyramid.append(np.asarray(cv2.pyrDown(pyramid[-1]), np.float32))
-    top = pyramid[-1]
-    difference = _normalised(top)
-    carried = np.concatenate([difference, top[..., 2 + levels : 3 + levels] * difference], axis=2)
-    for level_index in range(levels - 2, -1, -1):
-        level = pyramid[level_index]
-        expanded = cv2.pyrUp(carried, dstsize=(level.shape[1], level.shape[0]))
-        difference = _normalised(level)
-        mask = level[..., 3 + level_index : 4 + level_index]
-        correction = mask * (difference - expanded[..., :3]) + expanded[..., 3:]
-        carried = np.concatenate([difference, correction], axis=2)
-    blended = np.clip(region.astype(np.float32) + carried[..., 3:] + 0.5, 0, 255).astype(np.uint8)
-    untouched = weight <= 0.0
-    blended[untouched] = region[untouched]
-    np.copyto(region, blended)
+    # carried at level k: [N_k, up(N_k+1), up(up(N_k+2)), ...], expanded one level at a time
+    carried = _normalised(pyramid[-1])
+    for index in range(levels - 2, 0, -1):
+        level = pyramid[index]
+        expanded = cv2.pyrUp(carried, dstsize=(level.shape[1], level.shape[0])).reshape(*level.shape[:2], -1)
+        carried = np.concatenate([_normalised(level), expanded], axis=2)
+    expanded = cv2.pyrUp(carried, dstsize=(width, height)).reshape(height, width, -1)  # [P_1, .., P_L-1]
+    correction = masks[..., 0:1] * _normalised(base)
+    for band in range(1, levels):
+        step = masks[..., band : band + 1] - masks[..., band - 1 : band]
+        correction = correction + step * expanded[..., 3 * (band - 1) : 3 * band]
+    np.copyto(region, np.clip(region.astype(np.float32) + correction + 0.5, 0, 255).astype(np.uint8))
 
 
 def multiband_blend_gpu(region: Any, patch: Any, masks: Any) -> None:
@@ -117,46 +126,42 @@ def multiband_blend_gpu(region: Any, patch: Any, masks: Any) -> None:
     if region.strides[2] != 1 or region.strides[1] != 3:
         raise InvalidFrameError("the region must hold packed RGB pixels (any row pitch)")
     patch = cupy.ascontiguousarray(patch)
-    channels = 3 + levels
-    sizes = [(width, height)]
-    for _ in range(levels - 1):
-        sizes.append(((sizes[-1][0] + 1) // 2, (sizes[-1][1] + 1) // 2))
-    pyramid = [cupy.empty((h, w, channels), cupy.float32) for w, h in sizes]
+    sizes = level_sizes(width, height, levels)
+    pyramid = [cupy.empty((h, w, 4), cupy.float32) for w, h in sizes]
     get_kernel("multiband_blend", "blend_base")(
         _grid(width, height), _BLOCK_2D,
-        (patch, np.int32(patch.strides[0]), region, np.int32(region.strides[0]), masks, np.int32(masks.shape[2]),
-         np.int32(levels), np.int32(width), np.int32(height), pyramid[0]),
+        (patch, np.int32(patch.strides[0]), region, np.int32(region.strides[0]), masks,
+         np.int32(masks.shape[2]), np.int32(width), np.int32(height), pyramid[0]),
     )  # fmt: skip
     down = get_kernel("multiband_blend", "pyramid_down")
     for index in range(1, levels):
         (w, h), (source_w, source_h) = sizes[index], sizes[index - 1]
         down(
             _grid(w, h), _BLOCK_2D,
-            (pyramid[index - 1], np.int32(source_w), np.int32(source_h), np.int32(channels), pyramid[index],
-             np.int32(w), np.int32(h)),
+            (pyramid[index - 1], np.int32(source_w), np.int32(source_h), pyramid[index], np.int32(w), np.int32(h)),
         )  # fmt: skip
+    stack = get_kernel("multiband_blend", "blend_stack")
     top_w, top_h = sizes[-1]
-    carried = cupy.empty((top_h, top_w, _CARRIED), cupy.float32)
-    get_kernel("multiband_blend", "blend_top")(
+    carried = cupy.empty((top_h, top_w, 3), cupy.float32)
+    stack(
         _grid(top_w, top_h), _BLOCK_2D,
-        (pyramid[-1], np.int32(channels), np.int32(levels - 1), np.int32(top_w), np.int32(top_h), carried),
+        (carried, np.int32(0), np.int32(1), np.int32(1), pyramid[-1], np.int32(top_w), np.int32(top_h), carried),
     )  # fmt: skip
-    collapse = get_kernel("multiband_blend", "blend_collapse")
     for index in range(levels - 2, 0, -1):
-        w, h = sizes[index]
-        coarse_w, coarse_h = sizes[index + 1]
-        finer = cupy.empty((h, w, _CARRIED), cupy.float32)
-        collapse(
+        (w, h), (coarse_w, coarse_h) = sizes[index], sizes[index + 1]
+        coarse_channels = int(carried.shape[2])
+        finer = cupy.empty((h, w, 3 + coarse_channels), cupy.float32)
+        stack(
             _grid(w, h), _BLOCK_2D,
-            (carried, np.int32(coarse_w), np.int32(coarse_h), pyramid[index], np.int32(channels),
-             np.int32(index), np.int32(w), np.int32(h), finer),
+            (carried, np.int32(coarse_channels), np.int32(coarse_w), np.int32(coarse_h), pyramid[index],
+             np.int32(w), np.int32(h), finer),
         )  # fmt: skip
         carried = finer
     coarse_w, coarse_h = sizes[1]
     get_kernel("multiband_blend", "blend_finish")(
         _grid(width, height), _BLOCK_2D,
-        (carried, np.int32(coarse_w), np.int32(coarse_h), pyramid[0], np.int32(channels), region,
-         np.int32(region.strides[0]), np.int32(width), np.int32(height)),
+        (carried, np.int32(coarse_w), np.int32(coarse_h), np.int32(levels), pyramid[0], masks,
+         np.int32(masks.shape[2]), region, np.int32(region.strides[0]), np.int32(width), np.int32(height)),
     )  # fmt: skip
 
 

@@ -16,7 +16,7 @@ LAUNCHED_KERNELS = {
     "mesh_warp": {"rasterize_triangles", "remap_field", "remap_bilinear"},
     "masks": {"polygon_rows", "polygon_outline"},
     "color_transfer": {"shading_cells", "shading_ratio", "apply_shading"},
-    "multiband_blend": {"blend_base", "pyramid_down", "blend_top", "blend_collapse", "blend_finish"},
+    "multiband_blend": {"blend_base", "pyramid_down", "blend_stack", "blend_finish"},
 }
 
 

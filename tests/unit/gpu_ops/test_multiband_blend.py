@@ -104,6 +104,29 @@ def test_holes_keep_the_region_exactly() -> None:
     assert np.abs(blended[(masks[..., 0] > 0.5)].astype(int) - region[(masks[..., 0] > 0.5)]).mean() > 10
 
 
+def test_next_to_a_hole_the_patch_keeps_its_tone() -> None:
+    """Masks act at full resolution: a band is weakened only where its own mask is, so a dark patch (a
+    beard) a few pixels from a hole (the mouth) keeps its tone although the coarse levels span the hole."""
+    face = disc()
+    hole = np.zeros_like(face)
+    cv2.ellipse(hole, (75, 75), (22, 8), 0, 0, 360, 255, -1)
+    cut = np.where(hole > 0, 0, face).astype(np.uint8)
+    near_hole = (cv2.distanceTransform(255 - hole, cv2.DIST_L2, 3) > 6) & (
+        cv2.distanceTransform(255 - hole, cv2.DIST_L2, 3) < 10
+    )
+    masks = np.stack(
+        [feather_inside_cpu(cut, 3.0)]
+        + [feather_inside_cpu(face, w) * feather_inside_cpu(cut, 4.0) for w in MASK_WIDTHS[1:]],
+        axis=2,
+    ).astype(np.float32)
+    region = np.full((SIZE[1], SIZE[0], 3), 200, np.uint8)
+    patch = np.full((SIZE[1], SIZE[0], 3), 90, np.uint8)
+    multiband_blend_cpu(region, patch, masks)
+    assert near_hole.sum() > 300
+    assert np.abs(region[near_hole].astype(int) - 90).max() <= 1
+    np.testing.assert_array_equal(region[hole > 0], 200)
+
+
 def test_small_boxes_use_fewer_levels_and_one_level_is_the_plain_blend() -> None:
     assert usable_levels(4, 150, 130) == 4
     assert usable_levels(4, 5, 40) == 3  # 5 -> 3 -> 2
