@@ -1,4 +1,4 @@
-"""Soft masks for pasting a face: filled outlines, inward/outward feathers, a skin test, and the blend.
+"""Soft masks for pasting a face: filled outlines, inward/outward feathers, and the blend.
 
 Masks are built ONCE in a fixed space (the source texture crop of the mesh engine) and then travel with
 the texture through the same warp, so no frame-space blur runs per frame (DESIGN.md section 5).
@@ -102,27 +102,6 @@ def feather_outside_cpu(region: BinaryMask, margin_px: float, width_px: float) -
     return (1.0 - smoothstep((distance - margin_px) / max(width_px, 1e-3))).astype(np.float32)
 
 
-def skin_mask_cpu(image: NDArray[np.uint8], sample: NDArray[np.bool_], *, max_distance: float = 4.0) -> Mask:
-    """How skin-like each pixel is (1 skin, 0 not), judged by chroma against the `sample` pixels' skin.
-
-    Chroma (Cr, Cb) barely changes with shading, so shadows stay skin while a grey microphone, a blue
-    sleeve or hair differ. The model is the sample's median and a robust spread (1.4826 * MAD, at least
-    4 levels); the mask falls from 1 at `max_distance` robust sigmas to 0 at 1.5 x that.
-    """
-    if image.ndim != 3 or image.shape[2] != 3 or image.dtype != np.uint8:
-        raise InvalidFrameError(
-            f"skin mask needs an H x W x 3 uint8 RGB image, got {image.shape} {image.dtype}"
-        )
-    if sample.shape != image.shape[:2] or not sample.any():
-        raise InvalidFrameError("skin mask needs a non-empty sample mask of the image's size")
-    chroma = cv2.cvtColor(image, cv2.COLOR_RGB2YCrCb)[..., 1:].astype(np.float32)
-    samples = chroma[sample]
-    centre = np.median(samples, axis=0)
-    spread = np.maximum(1.4826 * np.median(np.abs(samples - centre), axis=0), 4.0)
-    distance = np.sqrt((((chroma - centre) / spread) ** 2).sum(axis=2))
-    return (1.0 - smoothstep((distance - max_distance) / (0.5 * max_distance))).astype(np.float32)
-
-
 def blend_cpu(region: NDArray[np.uint8], patch: NDArray[np.uint8], alpha: Mask) -> None:
     """region = region * (1 - alpha) + patch * alpha, rounded, written in place (region may be a view)."""
     if region.shape != patch.shape or alpha.shape != region.shape[:2]:
@@ -151,11 +130,6 @@ def feather_inside(region: Any, width_px: float | NDArray[np.float32]) -> Mask:
 def feather_outside(region: Any, margin_px: float, width_px: float) -> Mask:
     """Dispatcher: see `feather_inside`."""
     return feather_outside_cpu(to_host(region), margin_px, width_px)
-
-
-def skin_mask(image: Any, sample: Any, *, max_distance: float = 4.0) -> Mask:
-    """Dispatcher: see `feather_inside`."""
-    return skin_mask_cpu(to_host(image), to_host(sample), max_distance=max_distance)
 
 
 def _check_binary(region: NDArray[Any]) -> None:

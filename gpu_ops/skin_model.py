@@ -109,7 +109,8 @@ def fit_skin_model_cpu(
     values = chromaticity[usable].astype(np.float64)
     floor = np.diag(np.square(np.asarray(thresholds.min_chroma_spread, np.float64)))
     mean = np.median(values, axis=0)
-    covariance = np.cov((values - mean).T) + floor
+    spread = 1.4826 * np.median(np.abs(values - mean), axis=0)  # robust start: MAD, not the raw covariance
+    covariance = np.diag(np.square(spread)) + floor
     kept = np.ones(len(values), bool)
     for _ in range(_TRIM_ROUNDS):
         offsets = values - mean

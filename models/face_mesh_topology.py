@@ -205,9 +205,13 @@ LIPS_OUTER = (61, 146, 91, 181, 84, 17, 314, 405, 321, 375, 291, 409, 270, 269, 
 LIPS_INNER = (78, 95, 88, 178, 87, 14, 317, 402, 318, 324, 308, 415, 310, 311, 312, 13, 82, 81, 80, 191)
 RIGHT_EYEBROW = (46, 52, 53, 55, 63, 65, 66, 70, 105, 107)
 LEFT_EYEBROW = (276, 282, 283, 285, 293, 295, 296, 300, 334, 336)
+# the nose from the bridge between the eyes down to the nostrils (its convex hull covers it): the dark
+# nostrils and the shaded sides of the nose are its shape, not a shadow to remove
+NOSE = (168, 193, 417, 122, 351, 188, 412, 114, 343, 217, 437, 209, 429, 129, 358, 48, 278, 64, 294, 98, 327, 2)
 
 
 NOSE_TIP = 1
+NOSE_BASE_MIDDLE = 2  # where the nose meets the upper lip
 UPPER_INNER_LIP = 13
 LOWER_INNER_LIP = 14
 FOREHEAD_TOP = 10

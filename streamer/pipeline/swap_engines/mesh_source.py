@@ -4,8 +4,11 @@ Everything derivable from the source photo is done here so a frame costs one war
 - the texture is an eye-levelled crop of fixed size (faces of any photo size look alike to the warp);
 - masks live in that crop and travel with the texture through the warp (alpha channel): the face
   outline with its top lowered below the hairline and feathered wider there, (optionally) the
-  target's eyes and inner mouth cut out so its gaze and speech show, and things in front of the face (a microphone, a hand: not skin
-  chroma) removed;
+  target's eyes and inner mouth cut out so its gaze and speech show;
+- what is not the face's skin (hair, glasses, a hand, a microphone, deep shadow) is filled from the
+  mirror side or left to the target (mesh_skin.py), in the texture itself;
+- the multi-band blend's per-level masks (`band_masks`): each coarser band fades in further inside the
+  paste mask, so the tone at the face's edge and around its holes stays the target's;
 - triangles the source shows edge-on or from behind (a turned head's far cheek) take their texture
   from the mirrored triangle of the near side instead of smearing a few pixels over a large area.
 A source turned further than `max_source_yaw_degrees` is refused: mirroring cannot invent half a face.
@@ -20,15 +23,17 @@ import numpy as np
 from numpy.typing import NDArray
 
 from gpu_ops.backend import require_cupy
-from gpu_ops.masks import feather_inside_cpu, feather_outside_cpu, fill_polygons_cpu, skin_mask_cpu
+from gpu_ops.masks import Mask, feather_inside_cpu, feather_outside_cpu, fill_polygons_cpu, smoothstep
+from gpu_ops.skin_model import SkinThresholds
 from models import face_mesh_topology as topology
 from models.face import Frame
 from streamer.pipeline.swap_engines.base import NoFaceError
+from streamer.pipeline.swap_engines.mesh_skin import OccluderFill, SkinFill, feature_region, fill_occluders
 
 logger = logging.getLogger(__name__)
 
 Points = NDArray[np.float32]
-TextureName = Literal["texture", "texture_features_cut", "lips_mask"]
+TextureName = Literal["texture", "texture_features_cut", "lips_mask", "band_masks", "band_masks_features_cut"]
 # the inner-mouth cut reaches this far past its outline in the texture, so the bilinear sample of a
 # target pixel inside the target's inner mouth never picks up alpha from outside the cut
 MIN_CUT_MARGIN_PX = 2.5  # 1 px of bilinear reach + 1 px of outline rasterisation, with room
@@ -43,8 +48,17 @@ class MeshSourceConfig:
     cull_back_faces: bool = True
     facing_threshold: float = 0.0  # a triangle seen at a cos below this (from behind) is culled...
     mirror_advantage: float = 0.3  # ...when its mirror image faces the camera this much better
-    skin_mask: bool = True
-    skin_distance: float = 4.0  # robust chroma sigmas from the face's own skin still counted as skin
+    skin_mask: bool = True  # what is not the face's skin is filled or left to the target (mesh_skin.py)
+    skin: SkinThresholds = field(default_factory=SkinThresholds)
+    occluder_fill: OccluderFill = "mirror"
+    # the multi-band blend's coarser levels (1, 2, 3) fade in from the face's outline over these widths:
+    # at the cheeks and jaw (their shading, stubble and beard are identity; wider costs it), and wider
+    # at the forehead, where the edge crosses bare skin and shows most...
+    band_widths: tuple[float, ...] = (0.03, 0.045, 0.06)
+    forehead_band_widths: tuple[float, ...] = (0.05, 0.10, 0.15)
+    # ...and from the eye and mouth holes: 0 keeps their transition to the eye and mouth cuts' own
+    # feathers (a 1 % ramp here moved the identity check from 75 to 73 of 78 pairs)
+    hole_band_widths: tuple[float, ...] = (0.0, 0.0, 0.0)
     forehead_drop: float = 0.25  # of the distance brow line -> top of the outline
     edge_feather: float = 0.025
     forehead_feather: float = 0.14
@@ -64,11 +78,14 @@ class MeshSource:
     texture: NDArray[np.uint8]  # [S,S,4], alpha = the whole face (source eyes and mouth shown)
     texture_features_cut: NDArray[np.uint8]  # [S,S,4], alpha cuts the eyes and inner mouth out
     lips_mask: NDArray[np.uint8]  # [S,S] 0..255, the lips and their rim
+    band_masks: NDArray[np.uint8]  # [S,S,B] 0..255, the multi-band blend's coarser levels for `texture`
+    band_masks_features_cut: NDArray[np.uint8]  # the same for `texture_features_cut`
     mesh: Points  # [468,3] in texture px
     src_triangles: Points  # [T,3,2] texture px per ALL_TRIANGLES row (mirrored where culled)
     mouth_openness: float  # inner-lip gap / mouth width
     yaw_degrees: float
     mirrored_triangles: int
+    occluded_share: float = 0.0  # of the face: not the source's own skin (filled or left to the target)
     engine: Literal["mesh"] = "mesh"
     _device_copies: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
@@ -152,10 +169,21 @@ def lowered_outline(mesh: Points, drop: float) -> Points:
     return outline
 
 
-def build_masks(
-    texture: NDArray[np.uint8], mesh: Points, config: MeshSourceConfig
-) -> tuple[NDArray[np.float32], NDArray[np.float32], NDArray[np.float32]]:
-    """(face alpha, eyes + inner-mouth cut, lips mask), float32 in texture space."""
+@dataclass(frozen=True)
+class SourceMasks:
+    """Everything build_masks derives from the texture crop, float32 in texture space."""
+
+    texture: NDArray[np.uint8]  # [S,S,3], occluders filled when the skin mask is on
+    face_alpha: Mask  # the whole face (source eyes and mouth shown)
+    features_cut: Mask  # 1 on the eyes and inner mouth (the target's are kept there)
+    lips_mask: Mask
+    skin: SkinFill | None
+    upness: NDArray[np.float32]  # [S,1] 0 below the brows .. 1 at the top of the outline
+    outline_alpha: Mask  # face_alpha before the skin mask: the face's own edge
+
+
+def build_masks(texture: NDArray[np.uint8], mesh: Points, config: MeshSourceConfig) -> SourceMasks:
+    """The paste masks of a texture crop and, with `skin_mask`, the texture with its occluders filled."""
     size = (texture.shape[1], texture.shape[0])
     face_height = float(np.linalg.norm(mesh[topology.FOREHEAD_TOP, :2] - mesh[topology.CHIN_BOTTOM, :2]))
 
@@ -178,38 +206,63 @@ def build_masks(
         # triangle outside its outline, target pixels of that hole still land inside the cut
         return [loop(outline)] + [mesh[triangle, :2] for triangle in triangles]
 
-    eyes = fill_polygons_cpu(
-        size,
-        hole(topology.RIGHT_EYE, topology.RIGHT_EYE_HOLE) + hole(topology.LEFT_EYE, topology.LEFT_EYE_HOLE),
+    eye_outlines = hole(topology.RIGHT_EYE, topology.RIGHT_EYE_HOLE) + hole(
+        topology.LEFT_EYE, topology.LEFT_EYE_HOLE
     )
+    eyes = fill_polygons_cpu(size, eye_outlines)
     eye_cut = feather_inside_cpu(eyes, config.eye_feather * face_height)
-    inner_mouth = fill_polygons_cpu(size, hole(topology.LIPS_INNER, topology.INNER_MOUTH_HOLE))
+    mouth_outlines = hole(topology.LIPS_INNER, topology.INNER_MOUTH_HOLE)
+    inner_mouth = fill_polygons_cpu(size, mouth_outlines)
     mouth_cut = feather_outside_cpu(
         inner_mouth, max(0.008 * face_height, MIN_CUT_MARGIN_PX), 0.02 * face_height
     )
     lips = fill_polygons_cpu(size, [loop(topology.LIPS_OUTER)])
     lips_mask = feather_outside_cpu(lips, 0.01 * face_height, 0.04 * face_height)
 
+    skin: SkinFill | None = None
     if config.skin_mask:
-        brows = fill_polygons_cpu(
-            size,
-            [
-                np.asarray(cv2.convexHull(loop(topology.RIGHT_EYEBROW)), np.float32),
-                np.asarray(cv2.convexHull(loop(topology.LEFT_EYEBROW)), np.float32),
-            ],
+        features = feature_region(mesh, size, eye_outlines + mouth_outlines + [loop(topology.LIPS_OUTER)])
+        skin = fill_occluders(
+            texture, mesh, features, face_region, face_height, config.skin, config.occluder_fill
         )
-        features = np.maximum.reduce([eyes, brows, lips, inner_mouth])
-        near_features = feather_outside_cpu(features, 0.01 * face_height, 0.01 * face_height)
-        interior = feather_inside_cpu(face_region, 0.06 * face_height) > 0.99
-        sample = interior & (feather_outside_cpu(features, 0.03 * face_height, 0.01 * face_height) < 0.01)
-        if sample.any():
-            skin = np.maximum(
-                skin_mask_cpu(texture, sample, max_distance=config.skin_distance), near_features
-            )
-            skin = cv2.morphologyEx(skin, cv2.MORPH_OPEN, np.ones((5, 5), np.uint8))
-            skin = cv2.GaussianBlur(skin, (0, 0), 0.012 * face_height)
-            face_alpha *= skin
-    return face_alpha, np.maximum(eye_cut, mouth_cut), lips_mask
+        texture = skin.texture
+    outline_alpha = face_alpha
+    if skin is not None:
+        face_alpha = face_alpha * skin.paste
+    return SourceMasks(
+        texture, face_alpha, np.maximum(eye_cut, mouth_cut), lips_mask, skin, upness, outline_alpha
+    )
+
+
+def band_masks(
+    alpha: Mask,
+    outline_alpha: Mask,
+    widths_px: list[NDArray[np.float32]],
+    holes: Mask | None = None,
+    hole_widths_px: tuple[float, ...] = (),
+) -> NDArray[np.uint8]:
+    """[S,S,B] masks of the multi-band blend's coarser levels for the paste mask `alpha` (the whole
+    face) or `alpha * (1 - holes)` (eyes and inner mouth cut). Level k's mask rises from 0 at the
+    face's outline to 1 at `widths_px[k]` inside it (per row: wider at the forehead), and never above
+    the paste mask itself; with `hole_widths_px` it also rises from the holes over those widths. So
+    every coarser band fades in further inside than the finer ones: at the edge the tone is the
+    target's and only the source's detail shows, inside all bands together give the source."""
+
+    def depth(region: NDArray[np.bool_]) -> NDArray[np.float32]:
+        inside = region.astype(np.uint8)
+        return np.asarray(cv2.distanceTransform(inside, cv2.DIST_L2, cv2.DIST_MASK_PRECISE), np.float32)
+
+    edge_depth = depth(outline_alpha > 0.0)
+    paste = alpha if holes is None else alpha * (1.0 - holes)
+    hole_depth = depth(holes < 0.5) if holes is not None and any(w > 0 for w in hole_widths_px) else None
+    masks: list[NDArray[np.float32]] = []
+    for level, width in enumerate(widths_px):
+        ramp = np.asarray(edge_depth / np.maximum(width, np.float32(1.0)), np.float32)
+        mask = np.minimum(paste, smoothstep(ramp))
+        if hole_depth is not None:
+            mask = mask * smoothstep(hole_depth / np.float32(max(hole_widths_px[level], 1.0)))
+        masks.append(mask)
+    return np.dstack([_to_uint8(mask) for mask in masks])
 
 
 def _to_uint8(mask: NDArray[np.float32]) -> NDArray[np.uint8]:
@@ -234,21 +287,39 @@ def build_mesh_source(image: Frame, mesh_in_image: Points, config: MeshSourceCon
         src_triangles, mirrored = cull_to_mirror(mesh, config.facing_threshold, config.mirror_advantage)
     else:
         src_triangles, mirrored = mesh[topology.ALL_TRIANGLES, :2].astype(np.float32), 0
-    face_alpha, features_cut, lips_mask = build_masks(texture, mesh, config)
+    masks = build_masks(texture, mesh, config)
+    face_height = float(np.linalg.norm(mesh[topology.FOREHEAD_TOP, :2] - mesh[topology.CHIN_BOTTOM, :2]))
+    cut_alpha = masks.face_alpha * (1.0 - masks.features_cut)
+    widths_px = [
+        (face_height * (low + (high - low) * masks.upness)).astype(np.float32)
+        for low, high in zip(config.band_widths, config.forehead_band_widths, strict=True)
+    ]
     source = MeshSource(
-        texture=np.dstack([texture, _to_uint8(face_alpha)]),
-        texture_features_cut=np.dstack([texture, _to_uint8(face_alpha * (1.0 - features_cut))]),
-        lips_mask=_to_uint8(lips_mask),
+        texture=np.dstack([masks.texture, _to_uint8(masks.face_alpha)]),
+        texture_features_cut=np.dstack([masks.texture, _to_uint8(cut_alpha)]),
+        lips_mask=_to_uint8(masks.lips_mask),
+        band_masks=band_masks(masks.face_alpha, masks.outline_alpha, widths_px),
+        band_masks_features_cut=band_masks(
+            masks.face_alpha,
+            masks.outline_alpha,
+            widths_px,
+            masks.features_cut,
+            tuple(w * face_height for w in config.hole_band_widths),
+        ),
         mesh=mesh,
         src_triangles=np.ascontiguousarray(src_triangles),
         mouth_openness=mouth_openness(mesh),
         yaw_degrees=yaw,
         mirrored_triangles=mirrored,
+        occluded_share=masks.skin.occluded_share if masks.skin else 0.0,
     )
     logger.info(
-        "mesh source prepared: yaw %+.0f deg, %d triangles mirrored, mouth openness %.2f",
+        "mesh source prepared: yaw %+.0f deg, %d triangles mirrored, mouth openness %.2f, "
+        "not skin %.1f %% of the face (%.1f %% filled from the mirror side)",
         yaw,
         mirrored,
         source.mouth_openness,
+        100.0 * source.occluded_share,
+        100.0 * (masks.skin.mirrored_share if masks.skin else 0.0),
     )
     return source

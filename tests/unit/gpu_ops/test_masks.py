@@ -1,4 +1,4 @@
-"""Masks: filled outlines, exact-width feathers, the chroma skin test and the in-place blend."""
+"""Masks: filled outlines, exact-width feathers and the in-place blend (the skin test: test_skin_model.py)."""
 
 import numpy as np
 import pytest
@@ -12,7 +12,6 @@ from gpu_ops.masks import (
     feather_outside_cpu,
     fill_polygons,
     fill_polygons_cpu,
-    skin_mask_cpu,
     smoothstep,
 )
 
@@ -60,25 +59,6 @@ def test_feather_outside_keeps_the_margin_and_fades_to_zero() -> None:
     alpha = feather_outside_cpu(fill_polygons_cpu((100, 100), [SQUARE]), 3.0, 6.0)
     assert alpha[50, 50] == 1 and alpha[50, 82] == 1  # inside, and 3 px outside
     assert 0 < alpha[50, 85] < 1 and alpha[50, 89] == 0 and alpha[5, 5] == 0
-
-
-def test_skin_mask_rejects_a_grey_occluder_and_keeps_shaded_skin() -> None:
-    rng = np.random.default_rng(0)
-    image = np.empty((80, 80, 3), np.uint8)
-    shade = np.linspace(0.55, 1.0, 80, dtype=np.float32)[None, :, None]  # light falls off across
-    skin = np.array([205, 150, 120], np.float32) * shade + rng.normal(0, 3, (80, 80, 3))
-    image[:] = np.clip(skin, 0, 255).astype(np.uint8)
-    image[30:50, 30:50] = (70, 72, 75)  # microphone
-    sample = np.zeros((80, 80), bool)
-    sample[5:25, 5:75] = True
-    mask = skin_mask_cpu(image, sample)
-    assert mask[35:45, 35:45].max() < 0.05
-    assert mask[60:75, 5:75].min() > 0.95  # the darker side is still skin
-
-
-def test_skin_mask_needs_a_sample() -> None:
-    with pytest.raises(InvalidFrameError):
-        skin_mask_cpu(np.zeros((8, 8, 3), np.uint8), np.zeros((8, 8), bool))
 
 
 def test_blend_writes_only_into_the_view() -> None:

@@ -1,0 +1,184 @@
+"""Which pixels of a source face's texture are its skin, and what takes the place of the rest: once per source.
+
+Anything in front of the source's face (hair, glasses, a hand, a microphone) or a deep shadow on it
+would otherwise be warped onto every target frame: a strand of red hair lying across someone else's
+cheek. So, in the texture crop, before any warp:
+1. The face's own skin colour is fitted on its central cheeks and forehead (gpu_ops.skin_model) and
+   every pixel is scored for colour and for brightness.
+2. Not skin: a colour unlike the skin (fine detail kept: a thin strand counts), or a dark region
+   wider than `DARK_REGION` of the face height (creases, pores and nostrils are narrower and stay).
+   Below the nose, dark is a beard, a moustache, stubble or the shadows of a smile: part of the
+   identity, kept (there only a colour unlike skin is an occluder). The eyes, brows, lips and nose
+   are features with masks of their own, never occluders.
+3. Each occluded pixel is filled from the mirrored point of the face (the mesh's own left-right map)
+   when that one is skin and both sides are lit alike there, its tone matched to this side's
+   surrounding skin (under a strong side light the bright side's highlights, scaled down, would make
+   a patchwork of the shaded side). The rest gets no alpha, so the target's own pixels show there,
+   under the same shading transfer as the rest of the face (the relit source around them has the
+   target's tone).
+The face-mesh model gives no per-point visibility; a turned source's hidden side is handled by the
+triangle culling of mesh_source.py.
+"""
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import cv2
+import numpy as np
+from numpy.typing import NDArray
+
+from gpu_ops.masks import BinaryMask, Mask, feather_outside_cpu, fill_polygons_cpu, smoothstep
+from gpu_ops.mesh_warp import RemapField, build_remap_cpu
+from gpu_ops.skin_model import SkinColourModel, SkinThresholds, fit_skin_model_cpu, score_skin_cpu
+from models import face_mesh_topology as topology
+
+logger = logging.getLogger(__name__)
+
+Points = NDArray[np.float32]
+OccluderFill = Literal["mirror", "target"]  # mirror side first, else the target; or the target only
+
+# all lengths are fractions of the face height (forehead top to chin) in the texture
+SAMPLE_CENTRES = ((50, 0.09), (280, 0.09), (151, 0.09))  # cheek, cheek, forehead: vertex, radius
+SAMPLE_FEATURE_MARGIN = 0.03  # the sample keeps this far from eyes, brows, lips, nose
+FEATURE_MARGIN, FEATURE_FEATHER = 0.02, 0.015  # features are never occluders, nor this close to them
+SOCKET_MARGIN = 0.04  # dark this close to a feature is its own shade (eye sockets, the corners of a smile)
+MIN_OCCLUDER = 0.03  # an occluder covers at least this squared (a thin strand does; specks of noise not)
+ILLUMINATION = 0.08  # the scale of the light on the face: darker than the skin around at this scale
+DARK_REGION = 0.03  # dark regions narrower than this are skin texture (creases, pores, nostrils)
+OCCLUDED = 0.25  # an occluder score above this counts
+EDGE_GROWTH = 0.02  # occluders grow by this much: their anti-aliased rim goes with them
+FACIAL_HAIR_FROM, FACIAL_HAIR_RAMP = 0.02, 0.03  # above the nose's base: where a moustache may start
+FILL_TONE_SIGMA = 0.12  # the scale at which a mirrored fill takes this side's tone
+FILL_GAIN_LIMITS = (0.5, 2.0)
+SIDES_ALIKE = (float(np.log(1.25)), float(np.log(1.5)))  # |log tone gain| between the sides: alike .. not
+PASTE_SOFTNESS = 0.012  # blur of the paste mask's holes
+
+
+@dataclass(frozen=True)
+class SkinFill:
+    """The texture with occluders replaced, and where the source is pasted at all."""
+
+    texture: NDArray[np.uint8]  # [S,S,3]: occluded skin replaced from the mirror side
+    paste: Mask  # [S,S] 1 where the source (own or mirrored) shows; 0 where the target's pixels show
+    model: SkinColourModel
+    occluded_share: float  # of the face region, not the source's own skin
+    mirrored_share: float  # of the face region, filled from the mirror side
+
+
+def odd_px(length: float) -> int:
+    """An odd kernel size of about `length` px, at least 3."""
+    return max(3, round(length) | 1)
+
+
+def disc(length: float) -> NDArray[np.uint8]:
+    size = odd_px(length)
+    return np.asarray(cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (size, size)), np.uint8)
+
+
+def sample_region(mesh: Points, features: BinaryMask, face_height: float) -> NDArray[np.bool_]:
+    """The central cheek and forehead triangles, away from the features: where skin is surest."""
+    size = (features.shape[1], features.shape[0])
+    centroids = mesh[topology.TRIANGLES, :2].mean(axis=1)
+    chosen = np.zeros(len(centroids), bool)
+    for vertex, radius in SAMPLE_CENTRES:
+        chosen |= np.linalg.norm(centroids - mesh[vertex, :2], axis=1) < radius * face_height
+    region = fill_polygons_cpu(size, [mesh[triangle, :2] for triangle in topology.TRIANGLES[chosen]]) > 0
+    margin = SAMPLE_FEATURE_MARGIN * face_height
+    return region & (feather_outside_cpu(features, margin, 1.0) < 0.01)
+
+
+def mirror_field(mesh: Points, size: tuple[int, int]) -> RemapField:
+    """A remap field taking every texture pixel of the face to its mirror image across the midline."""
+    triangles = topology.TRIANGLES
+    return build_remap_cpu(
+        mesh[triangles, :2].astype(np.float32), mesh[topology.MIRROR[triangles], :2].astype(np.float32), size
+    )
+
+
+def _low_frequency(image: NDArray[np.float32], weights: Mask, sigma: float) -> NDArray[np.float32]:
+    """Weight-normalised blur: the local tone of the weighted pixels, spread into the gaps between them."""
+    weighted = cv2.GaussianBlur(image * weights[..., None], (0, 0), sigma)
+    total = cv2.GaussianBlur(weights, (0, 0), sigma)
+    return np.asarray(weighted / np.maximum(total, 1e-3)[..., None], np.float32)
+
+
+def _grown(score: NDArray[Any], face_height: float) -> Mask:
+    """A crisp occluder decision without specks (JPEG noise, a pore), grown past its soft rim and softened
+    only on the skin side of it."""
+    crisp = (score > OCCLUDED).astype(np.uint8)
+    _, labels, stats, _ = cv2.connectedComponentsWithStats(crisp, connectivity=8)
+    large = stats[:, cv2.CC_STAT_AREA] >= (MIN_OCCLUDER * face_height) ** 2
+    large[0] = False  # the background label
+    grown = cv2.dilate(large[labels].astype(np.float32), disc(2.0 * EDGE_GROWTH * face_height))
+    softened = cv2.GaussianBlur(grown, (0, 0), 0.5 * EDGE_GROWTH * face_height)
+    return np.asarray(np.minimum(softened * 2.0, 1.0), np.float32)
+
+
+def fill_occluders(
+    texture: NDArray[np.uint8],
+    mesh: Points,
+    features: BinaryMask,
+    face_region: BinaryMask,
+    face_height: float,
+    thresholds: SkinThresholds,
+    fill: OccluderFill = "mirror",
+) -> SkinFill:
+    """Find what is not skin in the face texture and fill it (see module docstring)."""
+    size = (texture.shape[1], texture.shape[0])
+    model = fit_skin_model_cpu(texture, sample_region(mesh, features, face_height), thresholds)
+    scores = score_skin_cpu(texture, model, thresholds, illumination_px=ILLUMINATION * face_height)
+    rows = np.arange(size[1], dtype=np.float32)[:, None]
+    start = float(mesh[topology.NOSE_BASE_MIDDLE, 1]) - FACIAL_HAIR_FROM * face_height
+    facial_hair = smoothstep((rows - start) / (FACIAL_HAIR_RAMP * face_height))
+    dark = scores.chroma * (1.0 - scores.luma) * (1.0 - facial_hair)  # skin-coloured but far darker
+    protected = feather_outside_cpu(features, FEATURE_MARGIN * face_height, FEATURE_FEATHER * face_height)
+    sockets = feather_outside_cpu(features, SOCKET_MARGIN * face_height, FEATURE_FEATHER * face_height)
+    unlike_skin = _grown((1.0 - scores.chroma) * (1.0 - protected), face_height)
+    dark_regions = cv2.morphologyEx(dark, cv2.MORPH_OPEN, disc(DARK_REGION * face_height))
+    darkness = _grown(dark_regions * (1.0 - sockets), face_height)
+    occluded = np.maximum(unlike_skin, darkness) * (1.0 - protected)
+    keep = (1.0 - occluded).astype(np.float32)
+    inside = (face_region > 0).astype(np.float32)
+    pixels = texture.astype(np.float32)
+    from_mirror = np.zeros_like(keep)
+    if fill == "mirror":
+        map_x, map_y = mirror_field(mesh, size)
+
+        def mirrored(image: NDArray[np.float32]) -> NDArray[np.float32]:
+            remapped = cv2.remap(image, map_x, map_y, cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT)
+            return np.asarray(remapped, np.float32)
+
+        mirror_pixels, mirror_keep = mirrored(pixels), mirrored(keep)
+        sigma = FILL_TONE_SIGMA * face_height
+        gain = np.clip(
+            (_low_frequency(pixels, keep * inside, sigma) + 6.0)
+            / (_low_frequency(mirror_pixels, mirror_keep * inside, sigma) + 6.0),
+            *FILL_GAIN_LIMITS,
+        )
+        # only where both sides are lit alike: under a side light the bright side's highlights and
+        # shading, scaled down, make a patchwork of the shaded side (and the identity suffers)
+        unevenness = np.abs(np.log(gain).mean(axis=2))
+        alike = 1.0 - smoothstep((unevenness - SIDES_ALIKE[0]) / (SIDES_ALIKE[1] - SIDES_ALIKE[0]))
+        from_mirror = occluded * mirror_keep * alike
+        pixels = pixels * keep[..., None] + mirror_pixels * gain * from_mirror[..., None]
+        total = keep + from_mirror
+        pixels = np.where(total[..., None] > 1e-3, pixels / np.maximum(total, 1e-3)[..., None], texture)
+    paste = cv2.GaussianBlur(np.clip(keep + from_mirror, 0.0, 1.0), (0, 0), PASTE_SOFTNESS * face_height)
+    area = max(float(inside.sum()), 1.0)
+    return SkinFill(
+        texture=np.clip(pixels + 0.5, 0, 255).astype(np.uint8),
+        paste=np.asarray(paste, np.float32),
+        model=model,
+        occluded_share=float((occluded * inside).sum() / area),
+        mirrored_share=float((from_mirror * inside).sum() / area),
+    )
+
+
+def feature_region(mesh: Points, size: tuple[int, int], extra: list[Points]) -> BinaryMask:
+    """Eyebrows and the nose (convex hulls) with the caller's feature outlines (eyes, lips, mouth)."""
+    hulls: list[Points] = [
+        np.asarray(cv2.convexHull(mesh[list(points), :2].astype(np.float32)), np.float32).reshape(-1, 2)
+        for points in (topology.RIGHT_EYEBROW, topology.LEFT_EYEBROW, topology.NOSE)
+    ]
+    return fill_polygons_cpu(size, hulls + extra)
