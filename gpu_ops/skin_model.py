@@ -109,8 +109,11 @@ def fit_skin_model_cpu(
     values = chromaticity[usable].astype(np.float64)
     floor = np.diag(np.square(np.asarray(thresholds.min_chroma_spread, np.float64)))
     mean = np.median(values, axis=0)
-    spread = 1.4826 * np.median(np.abs(values - mean), axis=0)  # robust start: MAD, not the raw covariance
-    covariance = np.diag(np.square(spread)) + floor
+    # robust start: the covariance of what lies within 5 robust sigmas (MAD) of the median, so a
+    # sample half in the background cannot start the fit wide open
+    spread = np.maximum(1.4826 * np.median(np.abs(values - mean), axis=0), np.sqrt(np.diag(floor)))
+    near = (np.abs(values - mean) <= 5.0 * spread).all(axis=1)
+    covariance = np.cov((values[near] - mean).T) + floor if near.sum() >= 10 else np.diag(np.square(spread))
     kept = np.ones(len(values), bool)
     for _ in range(_TRIM_ROUNDS):
         offsets = values - mean
