@@ -1,8 +1,8 @@
 """The contract every swap engine meets, so the pipeline never branches on which engine runs."""
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Literal, Protocol, get_args
+from dataclasses import dataclass, field
+from typing import Literal, Protocol, TypeVar, get_args
 
 from gpu_ops.errors import LivefuseError
 from models.face import Frame, TrackedFace
@@ -21,12 +21,36 @@ class EngineUnavailableError(LivefuseError):
     """The requested engine is not loaded (its model files are missing or did not verify)."""
 
 
+Part = TypeVar("Part")
+
+
+class StreamMemory:
+    """What engines remember about one stream between its frames (smoothed statistics per face track).
+
+    Owned by the stream's state, so it starts and ends with the stream and two streams never share
+    it; each engine keeps one part, keyed by the part's class, and resets it itself (new source, track
+    gone). A still image is swapped without memory. Worker thread only, like all per-stream state.
+    """
+
+    def __init__(self) -> None:
+        self._parts: dict[type, object] = {}
+
+    def part(self, kind: type[Part]) -> Part:
+        """This stream's `kind` part, created empty (kind()) on first use."""
+        found = self._parts.get(kind)
+        if not isinstance(found, kind):
+            found = kind()
+            self._parts[kind] = found
+        return found
+
+
 @dataclass(frozen=True)
 class SwapOptions:
-    """Per-stream switches an engine honours on every frame."""
+    """Per-stream switches an engine honours on every frame, and the stream's memory between frames."""
 
     mouth_mask: bool = True  # keep the target's inner mouth (and eyes for mesh) so speech shows
     enhance: bool = False
+    memory: StreamMemory | None = field(default=None, compare=False)  # None: every frame stands alone
 
 
 class SourceFace(Protocol):

@@ -1,10 +1,12 @@
 """The mesh swap engine: the source face's texture warped onto each target face's 468-point mesh.
 
 Per face and frame: one remap field over the face box (gpu_ops.mesh_warp: no cracks, one sample of
-colour + paste mask), with `mouth_mask` the target's eyes and inner mouth kept, the target's lips
-kept when its mouth is much more open than the source's (closed lips stretched over a grin look
-wrong), the target's low-frequency shading applied (gpu_ops.color_transfer), then a blend that writes
-only inside the face box. Everything about the source is prepared once (mesh_source.py).
+colour + paste mask, one of the blend's level masks), with `mouth_mask` the target's eyes and inner
+mouth kept, the target's lips kept when its mouth is much more open than the source's (closed lips
+stretched over a grin look wrong), the target's low-frequency shading applied (gpu_ops.color_transfer),
+then a multi-band blend (gpu_ops.multiband_blend: no visible edge) that writes only inside the face box.
+With the stream's memory (SwapOptions.memory) the shading statistics and the lips weight are smoothed
+per face track (mesh_memory.py). Everything about the source is prepared once (mesh_source.py).
 Works with the permissive models: any detector with 5 points and the facemesh_468 landmarker.
 """
 
@@ -12,22 +14,30 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 import numpy as np
 from numpy.typing import NDArray
 
 from gpu_ops.backend import get_array_module, is_device_array
-from gpu_ops.color_transfer import match_shading, transfer_lab_statistics
+from gpu_ops.color_transfer import apply_shading_ratio, shading_grid, shading_ratio, transfer_lab_statistics
 from gpu_ops.errors import InvalidInputError
 from gpu_ops.masks import blend, fill_polygons
 from gpu_ops.mesh_warp import apply_remap, build_remap
+from gpu_ops.multiband_blend import multiband_blend
 from models import face_mesh_topology as topology
 from models.detector import Detector
 from models.face import Frame, TrackedFace
 from models.landmarks import Landmarker
 from streamer.pipeline.stage_timer import StageTimer
 from streamer.pipeline.swap_engines.base import EngineName, NoFaceError, SourceFace, SwapOptions
+from streamer.pipeline.swap_engines.mesh_memory import (
+    MeshMemory,
+    Smoothing,
+    TrackMemory,
+    smooth_lips_weight,
+    smooth_shading_ratio,
+)
 from streamer.pipeline.swap_engines.mesh_source import (
     MeshSource,
     MeshSourceConfig,
@@ -40,6 +50,8 @@ logger = logging.getLogger(__name__)
 
 ShadingMethod = Literal["low_frequency", "lab", "none"]
 SHADING_METHODS: tuple[ShadingMethod, ...] = get_args(ShadingMethod)
+BlendMethod = Literal["multiband", "feather"]
+BLEND_METHODS: tuple[BlendMethod, ...] = get_args(BlendMethod)
 PasteBox = tuple[int, int, int, int]  # x1, y1, x2, y2 (exclusive), frame px
 
 MIN_FACE_PRESENCE = 0.5
@@ -54,6 +66,8 @@ class MeshConfig:
     shading_cells_across: float = 4.0  # coarse grid cells across the face box (finer: beards fade)
     keep_target_lips: bool = True
     lips_open_difference: tuple[float, float] = (0.2, 0.35)  # target - source openness: start, full
+    blend: BlendMethod = "multiband"  # "feather": one alpha blend (the edge and holes show as a line)
+    smoothing: Smoothing | None = field(default_factory=Smoothing)  # None: every frame measured alone
 
 
 class MeshEngine:
@@ -68,6 +82,8 @@ class MeshEngine:
         self.timer = StageTimer()  # per-face "warp" and "blend" times, read by the bench
         if self.config.shading not in SHADING_METHODS:
             raise InvalidInputError(f"unknown shading {self.config.shading!r}; choose from {SHADING_METHODS}")
+        if self.config.blend not in BLEND_METHODS:
+            raise InvalidInputError(f"unknown blend {self.config.blend!r}; choose from {BLEND_METHODS}")
 
     def source_mesh(self, image: Frame) -> NDArray[np.float32]:
         """The 468-point mesh of the largest face in a photo; NoFaceError when there is none."""
@@ -85,7 +101,11 @@ class MeshEngine:
 
     def prepare_source(self, image: Frame) -> MeshSource:
         """Texture, mesh and masks of the source photo's largest face, computed once."""
-        return build_mesh_source(image, self.source_mesh(image), self.config.source)
+        mesh = self.source_mesh(image)
+        started = time.perf_counter()
+        source = build_mesh_source(image, mesh, self.config.source)
+        self.timer.record("source", time.perf_counter() - started)
+        return source
 
     def swap(
         self, frame: Frame, faces: Sequence[TrackedFace], source: SourceFace, options: SwapOptions
@@ -93,49 +113,78 @@ class MeshEngine:
         """A copy of `frame` with every meshed face swapped; faces without a mesh are left alone."""
         if not isinstance(source, MeshSource):
             raise InvalidInputError(f"the mesh engine needs a MeshSource, got {type(source).__name__}")
+        memory = None
+        if options.memory is not None and self.config.smoothing is not None:
+            memory = options.memory.part(MeshMemory)
+            memory.begin_frame(source)
         output = frame.copy()
         for face in faces:
             if face.mesh is not None:
-                self.swap_face(output, face.mesh, source, options)
+                track = memory.track(face.track_id) if memory is not None else None
+                self.swap_face(output, face.mesh, source, options, track)
         return output
 
     def swap_face(
-        self, frame: Frame, mesh: NDArray[np.float32], source: MeshSource, options: SwapOptions
+        self,
+        frame: Frame,
+        mesh: NDArray[np.float32],
+        source: MeshSource,
+        options: SwapOptions,
+        track: TrackMemory | None = None,
     ) -> PasteBox:
-        """Swap one face in place; only pixels inside the returned box may change."""
+        """Swap one face in place; only pixels inside the returned box may change. `track`: this face's
+        memory of earlier frames (smoothing), None to measure this frame alone."""
         box = paste_box(mesh, frame.shape[1], frame.shape[0])
         x1, y1, x2, y2 = box
         if x2 - x1 < 2 or y2 - y1 < 2:
             return box
         started = time.perf_counter()
+        size = (x2 - x1, y2 - y1)
         origin = np.array([x1, y1], np.float32)
         dst_triangles = mesh[topology.ALL_TRIANGLES, :2] - origin
         on_device = is_device_array(frame)  # CuPy frame: field, warp, masks and blend stay on the device
-        field_ = build_remap(dst_triangles, source.src_triangles, (x2 - x1, y2 - y1), on_device=on_device)
+        field_ = build_remap(dst_triangles, source.src_triangles, size, on_device=on_device)
         texture_name: TextureName = "texture_features_cut" if options.mouth_mask else "texture"
-        texture = source.pixels_on_device(texture_name) if on_device else getattr(source, texture_name)
-        warped = apply_remap(texture, field_)
-        patch = get_array_module(warped).ascontiguousarray(warped[..., :3])
-        alpha = warped[..., 3].astype(np.float32) * np.float32(1.0 / 255.0)
+        warped = apply_remap(self._pixels(source, texture_name, on_device), field_)
+        xp = get_array_module(warped)
+        patch = xp.ascontiguousarray(warped[..., :3])
+        # what the frame keeps of the paste: 0 in the target's inner mouth, less over its own lips
+        keep = xp.ones(warped.shape[:2], np.float32)
         if options.mouth_mask:
             # the soft cut travels with the texture; this hard zero covers target pixels inside the
             # inner-lip outline that the mesh gives to a curled lip triangle (mouth corners)
             inner_mouth = fill_polygons(
-                (x2 - x1, y2 - y1), [mesh[list(topology.LIPS_INNER), :2] - origin], on_device=on_device
+                size, [mesh[list(topology.LIPS_INNER), :2] - origin], on_device=on_device
             )
-            alpha[inner_mouth > 0] = 0.0
+            keep[inner_mouth > 0] = 0.0
         lips_weight = self.lips_weight(mesh, source)
+        if track is not None and self.config.smoothing is not None:
+            lips_weight = smooth_lips_weight(track, lips_weight, self.config.smoothing)
         if lips_weight > 0.0:
-            lips_mask = source.pixels_on_device("lips_mask") if on_device else source.lips_mask
-            lips = apply_remap(lips_mask, field_).astype(np.float32) * np.float32(1.0 / 255.0)
-            alpha *= 1.0 - lips_weight * lips
+            lips = apply_remap(self._pixels(source, "lips_mask", on_device), field_)
+            keep *= 1.0 - lips_weight * (lips.astype(np.float32) * np.float32(1.0 / 255.0))
+        alpha = warped[..., 3].astype(np.float32) * np.float32(1.0 / 255.0) * keep
         region = frame[y1:y2, x1:x2]
         warped_at = time.perf_counter()
-        patch = self.relight(patch, region, alpha)
-        blend(region, patch, alpha)
+        patch = self.relight(patch, region, alpha, track)
+        relit_at = time.perf_counter()
+        if self.config.blend == "feather":
+            blend(region, patch, alpha)
+        else:
+            bands_name: TextureName = "band_masks_features_cut" if options.mouth_mask else "band_masks"
+            bands = apply_remap(self._pixels(source, bands_name, on_device), field_)
+            masks = xp.empty((size[1], size[0], 1 + bands.shape[2]), np.float32)
+            masks[..., 0] = alpha
+            masks[..., 1:] = bands * (keep * np.float32(1.0 / 255.0))[..., None]
+            multiband_blend(region, patch, masks)
         self.timer.record("warp", warped_at - started)
-        self.timer.record("blend", time.perf_counter() - warped_at)
+        self.timer.record("shading", relit_at - warped_at)
+        self.timer.record("blend", time.perf_counter() - relit_at)
         return box
+
+    @staticmethod
+    def _pixels(source: MeshSource, name: TextureName, on_device: bool) -> Any:
+        return source.pixels_on_device(name) if on_device else getattr(source, name)
 
     def lips_weight(self, mesh: NDArray[np.float32], source: MeshSource) -> float:
         """How much of the target's own lips to keep (0..1), from how much wider its mouth is open."""
@@ -145,14 +194,24 @@ class MeshEngine:
         difference = mouth_openness(mesh) - source.mouth_openness
         return float(np.clip((difference - start) / max(full - start, 1e-3), 0.0, 1.0))
 
-    def relight(self, patch: Frame, region: Frame, alpha: NDArray[np.float32]) -> Frame:
-        """The warped source patch with the target's light and tone (the configured method)."""
+    def relight(
+        self, patch: Frame, region: Frame, alpha: NDArray[np.float32], track: TrackMemory | None = None
+    ) -> Frame:
+        """The warped source patch with the target's light and tone (the configured method); with a
+        track, the low-frequency shading ratio is smoothed over the track's frames."""
         if self.config.shading == "none":
             return patch
         if self.config.shading == "lab":
             return transfer_lab_statistics(patch, region, alpha)  # type: ignore[no-any-return]
         cell_px = max(4.0, patch.shape[1] / self.config.shading_cells_across)
-        return match_shading(patch, region, alpha, cell_px=cell_px)  # type: ignore[no-any-return]
+        grid = shading_grid((patch.shape[1], patch.shape[0]), cell_px)
+        if track is not None and self.config.smoothing is not None:
+            track.grid = track.grid or grid
+            grid = track.grid
+        ratio = shading_ratio(patch, region, alpha, grid)
+        if track is not None and self.config.smoothing is not None:
+            ratio = smooth_shading_ratio(track, ratio, self.config.smoothing)
+        return apply_shading_ratio(patch, ratio)  # type: ignore[no-any-return]
 
 
 def paste_box(mesh: NDArray[np.float32], frame_width: int, frame_height: int) -> PasteBox:

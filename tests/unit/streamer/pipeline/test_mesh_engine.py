@@ -18,7 +18,7 @@ from models import face_mesh_topology as topology
 from models.detector import Detections
 from models.face import Frame, TrackedFace
 from models.landmarks import FaceLandmarks
-from streamer.pipeline.swap_engines.base import NoFaceError, SwapOptions
+from streamer.pipeline.swap_engines.base import NoFaceError, StreamMemory, SwapOptions
 from streamer.pipeline.swap_engines.mesh import MeshConfig, MeshEngine, paste_box
 from streamer.pipeline.swap_engines.mesh_source import (
     MeshSourceConfig,
@@ -99,9 +99,9 @@ def make_engine(
     return MeshEngine(FakeDetector([source_mesh]), FakeLandmarker([source_mesh], presence), config)  # type: ignore[arg-type]
 
 
-def tracked(mesh: NDArray[np.float32]) -> TrackedFace:
+def tracked(mesh: NDArray[np.float32], track_id: int = 1) -> TrackedFace:
     box = np.array([*mesh[:, :2].min(0), *mesh[:, :2].max(0)], np.float32)
-    return TrackedFace(1, box, 1.0, mesh[[33, 263, 1, 61, 291], :2].astype(np.float32), mesh)
+    return TrackedFace(track_id, box, 1.0, mesh[[33, 263, 1, 61, 291], :2].astype(np.float32), mesh)
 
 
 @pytest.fixture
@@ -231,6 +231,67 @@ def test_shading_follows_a_darker_target(source_mesh: NDArray[np.float32], sourc
     target_mean = float(frame[interior].mean())
     assert abs(means["low_frequency"] - target_mean) < 0.3 * abs(means["none"] - target_mean)
     assert abs(means["lab"] - target_mean) < 0.5 * abs(means["none"] - target_mean)
+
+
+def jittery_frames(target_mesh: NDArray[np.float32], count: int, seed: int) -> list[NDArray[np.float32]]:
+    """The meshes a tracker reports for a nodding face: the face box 4 % taller and shorter by turns (its
+    coarse shading grid has 4 or 5 rows by turns), the mouth opening and closing, 1 px landmark noise."""
+    rng = np.random.default_rng(seed)
+    meshes = []
+    for index in range(count):
+        mesh = open_mouth(target_mesh, 12.0) if index % 4 >= 2 else target_mesh.copy()
+        middle = float(mesh[:, 1].mean())
+        mesh[:, 1] = middle + (mesh[:, 1] - middle) * (1.04 if index % 2 else 0.96)
+        mesh[:, :2] += rng.normal(0, 1.0, (len(mesh), 2)).astype(np.float32)
+        meshes.append(mesh)
+    return meshes
+
+
+def test_stream_memory_keeps_the_skin_tone_from_pumping(source_mesh: NDArray[np.float32]) -> None:
+    """A plain skin-coloured source on a target of many colours: what moves the swapped cheeks' tone from
+    frame to frame is the measured shading alone (the warp of a plain texture changes nothing)."""
+    engine = make_engine(source_mesh)
+    plain = np.full((320, 320, 3), (200, 150, 125), np.uint8)
+    source = build_mesh_source(plain, source_mesh, MeshSourceConfig(skin_mask=False))
+    target_mesh = place(FRONTAL_MESH, (320, 240), 220)
+    frame = painted_face((640, 480), target_mesh, seed=9)
+    interior = fill_polygons_cpu((640, 480), [target_mesh[[50, 280, 425, 205], :2]]) > 0  # cheeks and nose
+
+    def tone_changes(options: SwapOptions) -> float:
+        tones = [
+            engine.swap(frame, [tracked(mesh)], source, options)[interior].astype(np.float64).mean(axis=0)
+            for mesh in jittery_frames(target_mesh, 24, seed=1)
+        ]
+        return float(np.abs(np.diff(np.stack(tones), axis=0)).mean())
+
+    alone = tone_changes(SwapOptions())
+    remembered = tone_changes(SwapOptions(memory=StreamMemory()))
+    assert alone > 0.15  # the statistics do move with the nod and the mouth...
+    assert remembered < 0.5 * alone  # ...and the stream's memory holds the tone
+
+
+def test_a_new_track_or_source_starts_from_its_own_first_frame(
+    source_mesh: NDArray[np.float32], source_image: Frame
+) -> None:
+    engine = make_engine(source_mesh)
+    source = engine.prepare_source(source_image)
+    target_mesh = place(FRONTAL_MESH, (320, 240), 220)
+    frame = painted_face((640, 480), target_mesh, seed=10)
+    memory = StreamMemory()
+    options = SwapOptions(memory=memory)
+    for mesh in jittery_frames(target_mesh, 6, seed=2):
+        engine.swap(frame, [tracked(mesh)], source, options)
+    stateless = engine.swap(frame, [tracked(target_mesh)], source, SwapOptions())
+    remembered = engine.swap(frame, [tracked(target_mesh)], source, options)
+    assert (remembered != stateless).any()  # track 1 carries its history
+    np.testing.assert_array_equal(
+        engine.swap(frame, [tracked(target_mesh, track_id=2)], source, options), stateless
+    )
+    other_source = engine.prepare_source(painted_face((320, 320), source_mesh, seed=11))
+    np.testing.assert_array_equal(
+        engine.swap(frame, [tracked(target_mesh)], other_source, options),
+        engine.swap(frame, [tracked(target_mesh)], other_source, SwapOptions()),
+    )
 
 
 @pytest.mark.gpu
