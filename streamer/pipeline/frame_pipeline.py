@@ -8,7 +8,7 @@ command and the benchmarks all call `process_batch`. Per-stream state (face trac
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal, get_args
 
@@ -30,6 +30,7 @@ from streamer.pipeline.swap_engines.base import (
     EngineUnavailableError,
     NoFaceError,
     SourceFace,
+    StreamMemory,
     SwapEngine,
     SwapOptions,
 )
@@ -89,6 +90,7 @@ class StreamState:
     tracker: FaceTracker
     reference_embedding: Embedding | None = None
     frames: int = 0
+    memory: StreamMemory = field(default_factory=StreamMemory)  # the engines' per-track smoothing
 
 
 @dataclass(frozen=True)
@@ -318,7 +320,9 @@ class FramePipeline:
 
     @staticmethod
     def _options(job: FrameJob) -> SwapOptions:
-        return SwapOptions(mouth_mask=job.settings.mouth_mask, enhance=job.settings.enhancer)
+        return SwapOptions(
+            mouth_mask=job.settings.mouth_mask, enhance=job.settings.enhancer, memory=job.stream.memory
+        )
 
     def _select(self, frame: Frame, faces: list[TrackedFace], job: FrameJob) -> list[TrackedFace]:
         mode = job.settings.face_selector
