@@ -17,18 +17,20 @@ value bit for bit (what lies outside the face, the target's eyes and inner mouth
 coarse tone is not dimmed around the holes of a mask (a beard next to the mouth stays a beard).
 
 Band k at full resolution is P_k - P_(k+1), with P_k the pyramid's level k expanded back up (cv2.pyrUp
-k times), so the blend is  D_blended = A_0 * P_0 + sum over k >= 1 of (A_k - A_(k-1)) * P_k.
+k times; P_0 = D), so the blend is  D_blended = A_0 * D + sum over k >= 1 of (A_k - A_(k-1)) * P_k.
 The pyramid of D is built as a normalised convolution with the finest mask as weight: D * w and w are
 reduced together (cv2.pyrDown) and divided per level, so the coarse bands never see what lies outside
 the face (the source's hair or background in the texture crop, the target's eyes). OpenCV's exact
 border rules are ported to the CUDA kernels (gpu_ops/kernels/multiband_blend.cu).
 
 In place: `region` (uint8 H x W x 3, may be a view of a frame) receives the blend of `patch` (uint8,
-same shape) with `masks` (float32 H x W x L in [0, 1], L = 2..MAX_LEVELS). Levels that would be smaller
-than MIN_LEVEL_PX are dropped (a tiny face gets fewer bands). The CuPy path agrees within 1 level.
+same shape) with `masks` (2..MAX_LEVELS float32 H x W planes in [0, 1], finest first). Levels that would
+be smaller than MIN_LEVEL_PX are dropped (a tiny face gets fewer bands). The CuPy path agrees within
+1 level.
 """
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 import cv2
@@ -42,7 +44,6 @@ from gpu_ops.masks import blend, blend_cpu
 logger = logging.getLogger(__name__)
 
 Image = NDArray[np.uint8]
-LevelMasks = NDArray[np.float32]  # H x W x L, finest band first
 MAX_LEVELS = 5
 MIN_LEVEL_PX = 2  # the coarsest level keeps at least this many pixels across
 WEIGHT_EPSILON = 1e-3  # below this summed weight a coarse pixel has no trusted difference
@@ -66,63 +67,65 @@ def level_sizes(width: int, height: int, levels: int) -> list[tuple[int, int]]:
     return sizes
 
 
-def _check(region: Any, patch: Any, masks: Any) -> None:
+def _check(region: Any, patch: Any, masks: Sequence[Any]) -> None:
     if region.ndim != 3 or region.shape[2] != 3 or region.shape != patch.shape:
         raise InvalidFrameError(
             f"multi-band blend needs two equal H x W x 3 images, got {region.shape}, {patch.shape}"
         )
-    if masks.ndim != 3 or masks.shape[:2] != region.shape[:2] or not 2 <= masks.shape[2] <= MAX_LEVELS:
+    shapes = {tuple(mask.shape) for mask in masks}
+    if not 2 <= len(masks) <= MAX_LEVELS or shapes != {tuple(region.shape[:2])}:
         raise InvalidFrameError(
-            f"masks must be H x W x L (L 2..{MAX_LEVELS}) over the region {region.shape[:2]}, got {masks.shape}"
+            f"masks must be 2..{MAX_LEVELS} H x W planes over the region {region.shape[:2]}, got {sorted(shapes)}"
         )
 
 
 def _normalised(level: NDArray[np.float32]) -> NDArray[np.float32]:
-    """The weighted difference divided by its weight: D where the face is trusted, 0 where it is not."""
-    weight = level[..., 3:4]
-    normalised = np.where(weight > WEIGHT_EPSILON, level[..., :3] / np.maximum(weight, WEIGHT_EPSILON), 0.0)
-    return np.asarray(normalised, np.float32)
+    """The weighted difference divided by its weight (at least WEIGHT_EPSILON): D where the face is
+    trusted, fading to 0 where nothing is."""
+    *weighted, weight = cv2.split(level)
+    weight = np.maximum(weight, np.float32(WEIGHT_EPSILON))
+    return np.asarray(cv2.merge([cv2.divide(plane, weight) for plane in weighted]), np.float32)
 
 
-def multiband_blend_cpu(region: Image, patch: Image, masks: LevelMasks) -> None:
-    """Blend `patch` into `region` in place, band by band (see module docstring)."""
+def multiband_blend_cpu(region: Image, patch: Image, masks: Sequence[NDArray[np.float32]]) -> None:
+    """Blend `patch` into `region` in place, band by band (see module docstring). OpenCV calls on
+    contiguous planes throughout: a strided NumPy pass over a face box costs as much as the whole blend."""
     _check(region, patch, masks)
     height, width = region.shape[:2]
-    levels = usable_levels(masks.shape[2], width, height)
-    masks = np.asarray(masks, np.float32)
+    levels = usable_levels(len(masks), width, height)
+    planes = [np.ascontiguousarray(mask, np.float32) for mask in masks[:levels]]
     if levels == 1:
-        blend_cpu(region, patch, np.ascontiguousarray(masks[..., 0]))
+        blend_cpu(region, patch, planes[0])
         return
-    base = np.empty((height, width, 4), np.float32)
-    base[..., :3] = (patch.astype(np.float32) - region) * masks[..., 0:1]
-    base[..., 3] = masks[..., 0]
-    pyramid: list[NDArray[np.float32]] = [base]
+    weight = planes[0]
+    weighted = cv2.multiply(cv2.subtract(patch, region, dtype=cv2.CV_32F), cv2.merge([weight] * 3))
+    pyramid = [np.asarray(cv2.merge([weighted, weight]), np.float32)]
     for _ in range(levels - 1):
         pyramid.append(np.asarray(cv2.pyrDown(pyramid[-1]), np.float32))
-    # carried at level k: [N_k, up(N_k+1), up(up(N_k+2)), ...], expanded one level at a time
-    carried = _normalised(pyramid[-1])
+    # at level k: [N_k, up(N_k+1), up(up(N_k+2)), ...], each group of 3 expanded one level at a time
+    carried: list[NDArray[Any]] = [_normalised(pyramid[-1])]
     for index in range(levels - 2, 0, -1):
-        level = pyramid[index]
-        expanded = cv2.pyrUp(carried, dstsize=(level.shape[1], level.shape[0])).reshape(*level.shape[:2], -1)
-        carried = np.concatenate([_normalised(level), expanded], axis=2)
-    expanded = cv2.pyrUp(carried, dstsize=(width, height)).reshape(height, width, -1)  # [P_1, .., P_L-1]
-    correction = masks[..., 0:1] * _normalised(base)
+        size = (pyramid[index].shape[1], pyramid[index].shape[0])
+        carried = [_normalised(pyramid[index])] + [cv2.pyrUp(group, dstsize=size) for group in carried]
+    expanded = [cv2.pyrUp(group, dstsize=(width, height)) for group in carried]  # P_1 .. P_L-1
+    correction = weighted  # m_0 * D, the finest band's share
     for band in range(1, levels):
-        step = masks[..., band : band + 1] - masks[..., band - 1 : band]
-        correction = correction + step * expanded[..., 3 * (band - 1) : 3 * band]
-    np.copyto(region, np.clip(region.astype(np.float32) + correction + 0.5, 0, 255).astype(np.uint8))
+        step = cv2.subtract(planes[band], planes[band - 1])
+        correction = cv2.add(correction, cv2.multiply(expanded[band - 1], cv2.merge([step] * 3)))
+    blended = cv2.add(correction, region, dtype=cv2.CV_32F)
+    np.copyto(region, np.clip(blended + np.float32(0.5), 0, 255).astype(np.uint8))
 
 
-def multiband_blend_gpu(region: Any, patch: Any, masks: Any) -> None:
-    """`multiband_blend_cpu` on the device: CuPy region (a view is fine), patch and masks; in place."""
+def multiband_blend_gpu(region: Any, patch: Any, masks: Sequence[Any]) -> None:
+    """`multiband_blend_cpu` on the device: CuPy region (a view is fine), patch and mask planes; in place."""
     cupy = require_cupy()
     _check(region, patch, masks)
     height, width = int(region.shape[0]), int(region.shape[1])
-    levels = usable_levels(int(masks.shape[2]), width, height)
-    masks = cupy.ascontiguousarray(cupy.asarray(masks, cupy.float32))
+    levels = usable_levels(len(masks), width, height)
     if levels == 1:
-        blend(region, patch, cupy.ascontiguousarray(masks[..., 0]))
+        blend(region, patch, cupy.ascontiguousarray(cupy.asarray(masks[0], cupy.float32)))
         return
+    stacked = cupy.stack([cupy.asarray(mask, cupy.float32) for mask in masks[:levels]], axis=2)
     if region.strides[2] != 1 or region.strides[1] != 3:
         raise InvalidFrameError("the region must hold packed RGB pixels (any row pitch)")
     patch = cupy.ascontiguousarray(patch)
@@ -130,8 +133,8 @@ def multiband_blend_gpu(region: Any, patch: Any, masks: Any) -> None:
     pyramid = [cupy.empty((h, w, 4), cupy.float32) for w, h in sizes]
     get_kernel("multiband_blend", "blend_base")(
         _grid(width, height), _BLOCK_2D,
-        (patch, np.int32(patch.strides[0]), region, np.int32(region.strides[0]), masks,
-         np.int32(masks.shape[2]), np.int32(width), np.int32(height), pyramid[0]),
+        (patch, np.int32(patch.strides[0]), region, np.int32(region.strides[0]), stacked,
+         np.int32(levels), np.int32(width), np.int32(height), pyramid[0]),
     )  # fmt: skip
     down = get_kernel("multiband_blend", "pyramid_down")
     for index in range(1, levels):
@@ -160,12 +163,24 @@ def multiband_blend_gpu(region: Any, patch: Any, masks: Any) -> None:
     coarse_w, coarse_h = sizes[1]
     get_kernel("multiband_blend", "blend_finish")(
         _grid(width, height), _BLOCK_2D,
-        (carried, np.int32(coarse_w), np.int32(coarse_h), np.int32(levels), pyramid[0], masks,
-         np.int32(masks.shape[2]), region, np.int32(region.strides[0]), np.int32(width), np.int32(height)),
+        (carried, np.int32(coarse_w), np.int32(coarse_h), np.int32(levels), pyramid[0], stacked,
+         np.int32(levels), region, np.int32(region.strides[0]), np.int32(width), np.int32(height)),
     )  # fmt: skip
 
 
-def multiband_blend(region: Any, patch: Any, masks: Any) -> None:
+def mask_planes(masks: Any, scale: Any) -> list[Any]:
+    """The channels of a uint8 H x W x C mask image (as warped from a texture) as float32 planes in
+    [0, 1], each times the float32 H x W `scale`: the blend's per-level masks, on the masks' device."""
+    if is_device_array(masks):
+        cupy = require_cupy()
+        factor = cupy.asarray(scale, cupy.float32) * np.float32(1.0 / 255.0)
+        return [masks[..., channel].astype(cupy.float32) * factor for channel in range(int(masks.shape[2]))]
+    factor = np.ascontiguousarray(scale, np.float32) * np.float32(1.0 / 255.0)
+    channels = cv2.split(np.ascontiguousarray(masks))
+    return [np.asarray(cv2.multiply(channel, factor, dtype=cv2.CV_32F), np.float32) for channel in channels]
+
+
+def multiband_blend(region: Any, patch: Any, masks: Sequence[Any]) -> None:
     """Dispatcher: `multiband_blend_gpu` for a CuPy region, else `multiband_blend_cpu`."""
     if is_device_array(region):
         multiband_blend_gpu(region, patch, masks)

@@ -8,9 +8,9 @@
 //                expanded to its size. pyrUp's borders as OpenCV's: reflected at the top and left, the
 //                last row and column repeated at the bottom and right; times 1/64.
 // blend_finish:  level 0: pyrUp of level 1's stack gives P_1 .. P_L-1 at full resolution, and
-//                correction = m0 * D0 + sum over k of (m_k - m_k-1) * P_k; region = uint8(clip(region +
+//                correction = m0 * D + sum over k of (m_k - m_k-1) * P_k; region = uint8(clip(region +
 //                correction + 0.5)). All masks 0 leave a pixel as it was.
-// "Normalised difference": weighted difference / weight, 0 where the weight is below WEIGHT_EPSILON.
+// "Normalised difference": weighted difference / max(weight, WEIGHT_EPSILON).
 // Compile with --fmad=false.
 
 #define BLEND_WEIGHT_EPSILON 1e-3f
@@ -106,8 +106,8 @@ __device__ void expand(const float* coarse, int channels, int width, int height,
 
 __device__ __forceinline__ float normalised(const float* level, int c)
 {
-    const float weight = level[3];
-    return weight > BLEND_WEIGHT_EPSILON ? level[c] / weight : 0.0f;
+    const float weight = level[3] > BLEND_WEIGHT_EPSILON ? level[3] : BLEND_WEIGHT_EPSILON;
+    return level[c] / weight;
 }
 
 extern "C" __global__ void blend_stack(
@@ -137,7 +137,7 @@ extern "C" __global__ void blend_finish(
     const float* mask = masks + ((size_t)y * width + x) * mask_channels;
     uchar* target = region + (size_t)y * region_pitch + 3 * x;
     for (int c = 0; c < 3; ++c) {
-        float correction = mask[0] * normalised(here, c);
+        float correction = here[c];  // m0 * D, from blend_base
         for (int band = 1; band < levels; ++band) {
             const float step = mask[band] - mask[band - 1];
             correction = correction + step * expanded[3 * (band - 1) + c];

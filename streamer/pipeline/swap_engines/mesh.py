@@ -24,7 +24,7 @@ from gpu_ops.color_transfer import apply_shading_ratio, shading_grid, shading_ra
 from gpu_ops.errors import InvalidInputError
 from gpu_ops.masks import blend, fill_polygons
 from gpu_ops.mesh_warp import apply_remap, build_remap
-from gpu_ops.multiband_blend import multiband_blend
+from gpu_ops.multiband_blend import mask_planes, multiband_blend
 from models import face_mesh_topology as topology
 from models.detector import Detector
 from models.face import Frame, TrackedFace
@@ -173,10 +173,7 @@ class MeshEngine:
         else:
             bands_name: TextureName = "band_masks_features_cut" if options.mouth_mask else "band_masks"
             bands = apply_remap(self._pixels(source, bands_name, on_device), field_)
-            masks = xp.empty((size[1], size[0], 1 + bands.shape[2]), np.float32)
-            masks[..., 0] = alpha
-            masks[..., 1:] = bands * (keep * np.float32(1.0 / 255.0))[..., None]
-            multiband_blend(region, patch, masks)
+            multiband_blend(region, patch, [alpha, *mask_planes(bands, keep)])
         self.timer.record("warp", warped_at - started)
         self.timer.record("shading", relit_at - warped_at)
         self.timer.record("blend", time.perf_counter() - relit_at)

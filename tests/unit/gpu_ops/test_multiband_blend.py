@@ -8,7 +8,7 @@ from numpy.typing import NDArray
 from gpu_ops.backend import cupy_available
 from gpu_ops.errors import InvalidFrameError
 from gpu_ops.masks import blend_cpu, feather_inside_cpu
-from gpu_ops.multiband_blend import multiband_blend, multiband_blend_cpu, usable_levels
+from gpu_ops.multiband_blend import mask_planes, multiband_blend, multiband_blend_cpu, usable_levels
 
 CUPY_OK, CUPY_REASON = cupy_available()
 SIZE = (150, 130)  # w, h: odd sizes appear on the coarser levels
@@ -26,9 +26,9 @@ def disc() -> NDArray[np.uint8]:
     return region
 
 
-def level_masks(region: NDArray[np.uint8], widths: tuple[float, ...]) -> NDArray[np.float32]:
-    """One mask per level, each fading in over a wider band inside the region (finest first)."""
-    return np.stack([feather_inside_cpu(region, width) for width in widths], axis=2).astype(np.float32)
+def level_masks(region: NDArray[np.uint8], widths: tuple[float, ...]) -> list[NDArray[np.float32]]:
+    """One mask plane per level, each fading in over a wider band inside the region (finest first)."""
+    return [feather_inside_cpu(region, width) for width in widths]
 
 
 MASK_WIDTHS = (3.0, 6.0, 12.0, 24.0)
@@ -39,7 +39,7 @@ def test_deep_inside_is_the_patch_and_outside_is_untouched() -> None:
     masks = level_masks(disc(), MASK_WIDTHS)
     blended = region.copy()
     multiband_blend_cpu(blended, patch, masks)
-    outside = masks[..., 0] == 0
+    outside = masks[0] == 0
     np.testing.assert_array_equal(blended[outside], region[outside])
     deep = cv2.erode(disc(), np.ones((61, 61), np.uint8)) > 0  # every level's mask is 1 around these
     assert deep.sum() > 500
@@ -54,7 +54,7 @@ def test_a_tone_step_becomes_a_soft_ramp_while_the_detail_stays() -> None:
     flat_patch = np.full((SIZE[1], SIZE[0], 3), 170, np.uint8)
     masks = level_masks(disc(), MASK_WIDTHS)
     one_band, many_bands = flat_region.copy(), flat_region.copy()
-    blend_cpu(one_band, flat_patch, masks[..., 0])
+    blend_cpu(one_band, flat_patch, masks[0])
     multiband_blend_cpu(many_bands, flat_patch, masks)
 
     def steepest(image: NDArray[np.uint8]) -> float:
@@ -69,7 +69,7 @@ def test_a_tone_step_becomes_a_soft_ramp_while_the_detail_stays() -> None:
     region, patch = textured(3, (200, 160, 140)), textured(4, (200, 160, 140))
     blended = region.copy()
     multiband_blend_cpu(blended, patch, masks)
-    ring = (masks[..., 0] > 0.99) & (masks[..., 3] < 0.5)  # near the edge: fine bands on, coarse off
+    ring = (masks[0] > 0.99) & (masks[3] < 0.5)  # near the edge: fine bands on, coarse off
 
     def high(image: NDArray[np.uint8]) -> NDArray[np.float32]:
         return image.astype(np.float32) - cv2.GaussianBlur(image.astype(np.float32), (0, 0), 2.0)
@@ -84,7 +84,7 @@ def test_what_lies_outside_the_trusted_face_never_reaches_the_result() -> None:
     patch = textured(6, (180, 140, 120))
     masks = level_masks(disc(), MASK_WIDTHS)
     with_hair = patch.copy()
-    with_hair[masks[..., 0] == 0] = (40, 25, 10)
+    with_hair[masks[0] == 0] = (40, 25, 10)
     first, second = region.copy(), region.copy()
     multiband_blend_cpu(first, patch, masks)
     multiband_blend_cpu(second, with_hair, masks)
@@ -101,7 +101,7 @@ def test_holes_keep_the_region_exactly() -> None:
     blended = region.copy()
     multiband_blend_cpu(blended, patch, masks)
     np.testing.assert_array_equal(blended[hole > 0], region[hole > 0])
-    assert np.abs(blended[(masks[..., 0] > 0.5)].astype(int) - region[(masks[..., 0] > 0.5)]).mean() > 10
+    assert np.abs(blended[(masks[0] > 0.5)].astype(int) - region[(masks[0] > 0.5)]).mean() > 10
 
 
 def test_next_to_a_hole_the_patch_keeps_its_tone() -> None:
@@ -114,11 +114,9 @@ def test_next_to_a_hole_the_patch_keeps_its_tone() -> None:
     near_hole = (cv2.distanceTransform(255 - hole, cv2.DIST_L2, 3) > 6) & (
         cv2.distanceTransform(255 - hole, cv2.DIST_L2, 3) < 10
     )
-    masks = np.stack(
-        [feather_inside_cpu(cut, 3.0)]
-        + [feather_inside_cpu(face, w) * feather_inside_cpu(cut, 4.0) for w in MASK_WIDTHS[1:]],
-        axis=2,
-    ).astype(np.float32)
+    masks = [feather_inside_cpu(cut, 3.0)] + [
+        feather_inside_cpu(face, w) * feather_inside_cpu(cut, 4.0) for w in MASK_WIDTHS[1:]
+    ]
     region = np.full((SIZE[1], SIZE[0], 3), 200, np.uint8)
     patch = np.full((SIZE[1], SIZE[0], 3), 90, np.uint8)
     multiband_blend_cpu(region, patch, masks)
@@ -133,9 +131,9 @@ def test_small_boxes_use_fewer_levels_and_one_level_is_the_plain_blend() -> None
     assert usable_levels(4, 3, 3) == 2 and usable_levels(4, 2, 9) == 1
     region = np.full((2, 9, 3), 100, np.uint8)
     patch = np.full((2, 9, 3), 200, np.uint8)
-    masks = np.full((2, 9, 4), 0.5, np.float32)
+    masks = [np.full((2, 9), 0.5, np.float32)] * 4
     expected = region.copy()
-    blend_cpu(expected, patch, masks[..., 0])
+    blend_cpu(expected, patch, masks[0])
     multiband_blend_cpu(region, patch, masks)
     np.testing.assert_array_equal(region, expected)
 
@@ -154,7 +152,21 @@ def test_a_view_of_a_frame_is_written_in_place_and_shapes_are_checked() -> None:
     with pytest.raises(InvalidFrameError):
         multiband_blend_cpu(expected, patch[:-1], masks)
     with pytest.raises(InvalidFrameError):
-        multiband_blend_cpu(expected, patch, masks[..., :1])
+        multiband_blend_cpu(expected, patch, masks[:1])
+    with pytest.raises(InvalidFrameError):
+        multiband_blend_cpu(expected, patch, [masks[0], masks[1][:-1]])
+
+
+def test_mask_planes_are_the_channels_over_255_times_the_scale() -> None:
+    rng = np.random.default_rng(14)
+    warped = rng.integers(0, 256, (30, 20, 3), dtype=np.uint8)
+    scale = rng.uniform(0, 1, (30, 20)).astype(np.float32)
+    planes = mask_planes(warped, scale)
+    assert len(planes) == 3 and all(
+        plane.dtype == np.float32 and plane.flags.c_contiguous for plane in planes
+    )
+    for channel, plane in enumerate(planes):
+        np.testing.assert_allclose(plane, warped[..., channel] / 255.0 * scale, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.gpu
@@ -166,14 +178,16 @@ def test_multiband_blend_parity() -> None:
     rng = np.random.default_rng(11)
     face = disc()
     cv2.circle(face, (75, 60), 12, 0, -1)
-    masks = level_masks(face, MASK_WIDTHS) * rng.uniform(0.8, 1.0, (1, 1, 4)).astype(np.float32)
+    masks = [mask * np.float32(rng.uniform(0.8, 1.0)) for mask in level_masks(face, MASK_WIDTHS)]
     region = textured(12, (210, 170, 150))
     patch = textured(13, (140, 100, 80))
     expected = region.copy()
     multiband_blend_cpu(expected, patch, masks)
     frame = cupy.zeros((SIZE[1] + 6, SIZE[0] + 8, 3), cupy.uint8)
     frame[3 : 3 + SIZE[1], 4 : 4 + SIZE[0]] = cupy.asarray(region)
-    multiband_blend(frame[3 : 3 + SIZE[1], 4 : 4 + SIZE[0]], cupy.asarray(patch), cupy.asarray(masks))
+    multiband_blend(
+        frame[3 : 3 + SIZE[1], 4 : 4 + SIZE[0]], cupy.asarray(patch), [cupy.asarray(mask) for mask in masks]
+    )
     result = cupy.asnumpy(frame[3 : 3 + SIZE[1], 4 : 4 + SIZE[0]])
     difference = np.abs(result.astype(int) - expected)
     assert difference.max() <= 1 and np.count_nonzero(difference) <= 1e-3 * difference.size
