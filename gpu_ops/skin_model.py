@@ -96,9 +96,14 @@ def _chromaticity_and_luma(
 
 
 def fit_skin_model_cpu(
-    image: NDArray[np.uint8], sample: NDArray[np.bool_], thresholds: SkinThresholds | None = None
+    image: NDArray[np.uint8],
+    sample: NDArray[np.bool_],
+    thresholds: SkinThresholds | None = None,
+    start: NDArray[np.bool_] | None = None,
 ) -> SkinColourModel:
-    """The skin colour of `image` fitted on the `sample` pixels (robust: see module docstring)."""
+    """The skin colour of `image` fitted on the `sample` pixels (robust: see module docstring). With
+    `start` (a part of the sample where skin is surest, the cheeks) the fit starts from there, so the
+    rest of the sample (a forehead half under a fringe) joins only where it agrees."""
     thresholds = thresholds or SkinThresholds()
     if sample.shape != image.shape[:2]:
         raise InvalidFrameError(f"sample {sample.shape} does not match the image {image.shape[:2]}")
@@ -108,12 +113,15 @@ def fit_skin_model_cpu(
         raise InvalidFrameError("the skin sample is empty or too dark to fit a skin colour")
     values = chromaticity[usable].astype(np.float64)
     floor = np.diag(np.square(np.asarray(thresholds.min_chroma_spread, np.float64)))
-    mean = np.median(values, axis=0)
+    first = values
+    if start is not None and (start & usable).sum() >= 10:
+        first = chromaticity[start & usable].astype(np.float64)
+    mean = np.median(first, axis=0)
     # robust start: the covariance of what lies within 5 robust sigmas (MAD) of the median, so a
     # sample half in the background cannot start the fit wide open
-    spread = np.maximum(1.4826 * np.median(np.abs(values - mean), axis=0), np.sqrt(np.diag(floor)))
-    near = (np.abs(values - mean) <= 5.0 * spread).all(axis=1)
-    covariance = np.cov((values[near] - mean).T) + floor if near.sum() >= 10 else np.diag(np.square(spread))
+    spread = np.maximum(1.4826 * np.median(np.abs(first - mean), axis=0), np.sqrt(np.diag(floor)))
+    near = (np.abs(first - mean) <= 5.0 * spread).all(axis=1)
+    covariance = np.cov((first[near] - mean).T) + floor if near.sum() >= 10 else np.diag(np.square(spread))
     kept = np.ones(len(values), bool)
     for _ in range(_TRIM_ROUNDS):
         offsets = values - mean
@@ -172,9 +180,13 @@ def _ramp(values: NDArray[np.float32], limits: tuple[float, float]) -> NDArray[n
     return smoothstep(((values - low) / max(high - low, 1e-3)).astype(np.float32))
 
 
-def fit_skin_model(image: Any, sample: Any, thresholds: SkinThresholds | None = None) -> SkinColourModel:
+def fit_skin_model(
+    image: Any, sample: Any, thresholds: SkinThresholds | None = None, start: Any = None
+) -> SkinColourModel:
     """Dispatcher: fitted once per source on the host; device input is copied back."""
-    return fit_skin_model_cpu(to_host(image), to_host(sample), thresholds)
+    return fit_skin_model_cpu(
+        to_host(image), to_host(sample), thresholds, None if start is None else to_host(start)
+    )
 
 
 def score_skin(

@@ -39,7 +39,8 @@ Points = NDArray[np.float32]
 OccluderFill = Literal["mirror", "target"]  # mirror side first, else the target; or the target only
 
 # all lengths are fractions of the face height (forehead top to chin) in the texture
-SAMPLE_CENTRES = ((50, 0.09), (280, 0.09), (151, 0.09))  # cheek, cheek, forehead: vertex, radius
+CHEEK_SAMPLE = ((50, 0.09), (280, 0.09))  # (vertex, radius) of the sample's centres: the cheeks...
+FOREHEAD_SAMPLE = ((151, 0.09),)  # ...and the forehead, which joins where it agrees (a fringe may lie on it)
 SAMPLE_FEATURE_MARGIN = 0.03  # the sample keeps this far from eyes, brows, lips, nose
 FEATURE_MARGIN, FEATURE_FEATHER = 0.02, 0.015  # features are never occluders, nor this close to them
 SOCKET_MARGIN = 0.04  # dark this close to a feature is its own shade (eye sockets, the corners of a smile)
@@ -76,12 +77,15 @@ def disc(length: float) -> NDArray[np.uint8]:
     return np.asarray(cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (size, size)), np.uint8)
 
 
-def sample_region(mesh: Points, features: BinaryMask, face_height: float) -> NDArray[np.bool_]:
-    """The central cheek and forehead triangles, away from the features: where skin is surest."""
+def sample_region(
+    mesh: Points, features: BinaryMask, face_height: float, centres: tuple[tuple[int, float], ...]
+) -> NDArray[np.bool_]:
+    """The triangles around the given mesh vertices (the central cheeks, the forehead), away from the
+    features: where skin is surest."""
     size = (features.shape[1], features.shape[0])
     centroids = mesh[topology.TRIANGLES, :2].mean(axis=1)
     chosen = np.zeros(len(centroids), bool)
-    for vertex, radius in SAMPLE_CENTRES:
+    for vertex, radius in centres:
         chosen |= np.linalg.norm(centroids - mesh[vertex, :2], axis=1) < radius * face_height
     region = fill_polygons_cpu(size, [mesh[triangle, :2] for triangle in topology.TRIANGLES[chosen]]) > 0
     margin = SAMPLE_FEATURE_MARGIN * face_height
@@ -126,7 +130,9 @@ def fill_occluders(
 ) -> SkinFill:
     """Find what is not skin in the face texture and fill it (see module docstring)."""
     size = (texture.shape[1], texture.shape[0])
-    model = fit_skin_model_cpu(texture, sample_region(mesh, features, face_height), thresholds)
+    cheeks = sample_region(mesh, features, face_height, CHEEK_SAMPLE)
+    sample = cheeks | sample_region(mesh, features, face_height, FOREHEAD_SAMPLE)
+    model = fit_skin_model_cpu(texture, sample, thresholds, start=cheeks)
     scores = score_skin_cpu(texture, model, thresholds, illumination_px=ILLUMINATION * face_height)
     rows = np.arange(size[1], dtype=np.float32)[:, None]
     start = float(mesh[topology.NOSE_BASE_MIDDLE, 1]) - FACIAL_HAIR_FROM * face_height

@@ -37,6 +37,20 @@ def test_fit_ignores_a_strand_of_hair_inside_the_sample() -> None:
     assert abs(fitted.luma_median - clean.luma_median) < 3.0
 
 
+def test_a_fit_started_on_the_cheeks_keeps_a_fringe_out_of_the_forehead() -> None:
+    image = shaded_skin(5)
+    clean = fit_skin_model_cpu(image, centre_sample())
+    image[40:56, 40:80] = (150, 95, 45)  # a fringe over 40 % of the sample (the forehead part)
+    cheeks = np.zeros((SIZE, SIZE), bool)
+    cheeks[56:80, 40:80] = True
+    started = fit_skin_model_cpu(image, centre_sample(), start=cheeks)
+    np.testing.assert_allclose(started.chroma_mean, clean.chroma_mean, atol=0.008)  # the fringe's soft rim
+    assert started.inlier_fraction < 0.7
+    assert score_skin_cpu(image, started).chroma[44:52, 44:76].max() < 0.5
+    swallowed = fit_skin_model_cpu(image, centre_sample())  # started on the whole sample: fringe is "skin"
+    assert score_skin_cpu(image, swallowed).chroma[44:52, 44:76].min() > 0.95
+
+
 def test_shaded_skin_and_highlights_stay_while_other_colours_go() -> None:
     image = shaded_skin(2)
     image[10:30, 10:40] = np.clip(SKIN * 0.6, 0, 255).astype(np.uint8)  # shadowed skin (2-D strip)
