@@ -2,8 +2,8 @@
 
 Each picture is three panels around the target face: reference | fix off | fix on. "Off" is the same
 engine with one MeshConfig switch turned off (the cracks picture uses the classic triangle-by-triangle
-warp instead). Only public-domain media is used: NASA's astronaut portrait, the official Obama and
-Biden portraits and a frame of the White House Hamilton clip.
+warp instead; the edge pictures the single feathered blend). Only public-domain media is used: NASA's
+astronaut portrait, the official Obama and Biden portraits and a frame of the White House Hamilton clip.
 
     python scripts/make_mesh_pictures.py --models-dir MODELS_DIR --media-dir PHOTOS_DIR
 """
@@ -161,6 +161,23 @@ def with_microphone(image: Frame, mesh: NDArray[np.float32]) -> Frame:
     return drawn
 
 
+def with_cheek_band(image: Frame, mesh: NDArray[np.float32]) -> Frame:
+    """A dark band (8 % of the face height thick) across the subject's right cheek: hair, a shadow."""
+    face_height = float(np.linalg.norm(mesh[10, :2] - mesh[152, :2]))
+    direction = np.array([np.cos(np.radians(30)), -np.sin(np.radians(30))])
+    start = np.round(mesh[50, :2] - 0.09 * face_height * direction).astype(int)
+    end = np.round(mesh[50, :2] + 0.09 * face_height * direction).astype(int)
+    drawn = image.copy()
+    cv2.line(
+        drawn,
+        (int(start[0]), int(start[1])),
+        (int(end[0]), int(end[1])),
+        (38, 30, 26),
+        int(0.08 * face_height),
+    )
+    return drawn
+
+
 def triangle_by_triangle(engine: MeshEngine, source: Frame, target: Frame, face: TrackedFace) -> Frame:
     """The classic piecewise warp: warpAffine + anti-aliased triangle mask, blended triangle by triangle.
 
@@ -254,6 +271,34 @@ def main() -> int:
             pictures.swap(default, occluded, astronaut),
         ],
         first=occluded,
+    )
+    obama_face = pictures.face(obama)
+    assert obama_face.mesh is not None
+    banded = with_cheek_band(obama, obama_face.mesh)
+    pictures.save(
+        "mesh_cheek_band.png",
+        astronaut,
+        [
+            banded,
+            pictures.swap(source_off(skin_mask=False), banded, astronaut),
+            pictures.swap(default, banded, astronaut),
+        ],
+        first=banded,
+    )
+    feather = dataclasses.replace(default, blend="feather")
+    pictures.save(
+        "mesh_seam.png",
+        biden,
+        [biden, pictures.swap(feather, obama, biden), pictures.swap(default, obama, biden)],
+        zoom=1.6,
+        focus=151,  # the forehead, where the pasted edge crosses bare skin
+    )
+    pictures.save(
+        "mesh_seam_cheek.png",
+        astronaut,
+        [astronaut, pictures.swap(feather, obama, astronaut), pictures.swap(default, obama, astronaut)],
+        zoom=1.6,
+        focus=132,  # the cheek's edge beside the jaw
     )
     flat_forehead = source_off(forehead_drop=0.0, forehead_feather=default.source.edge_feather)
     pictures.save(
