@@ -35,7 +35,9 @@ async def test_reference_selects_which_face_is_swapped(models_dir: Path, media_d
         async with PeerClient(url, camera, fps=10, keep_frames=1) as client:
             await client.upload_source((media_dir / "fr_alex_lacamoire1.jpg").read_bytes(), "image/jpeg")
             left_many, right_many = await _changed_halves(client, camera)
-            assert left_many > 1000 and right_many > 1000, "face_selector many: both faces are swapped"
+            # an 85-px face swapped changes ~900-1000 pixels by more than 40 levels (the mesh engine leaves
+            # the source's hair and the edge's tone to the target); an unswapped one only codec noise
+            assert left_many > 600 and right_many > 600, "face_selector many: both faces are swapped"
 
             reference = await client.upload_reference((media_dir / "fr_biden.jpg").read_bytes())
             assert len(reference["reference"]["sha256"]) == 64
