@@ -129,11 +129,14 @@ async def test_close_before_start_twice_and_after_crash() -> None:
     await asyncio.gather(worker.close(), worker.close())
     assert not worker.running
 
+    def broken_deliver(item: InboundFrame, output: av.VideoFrame) -> None:
+        raise RuntimeError("a bug in the daemon's delivery")  # not a per-frame fault: the thread dies
+
     crashing = BatchWorker(fake_binding())
-    lane = WorkerLane("s", None, FakeSwapSettings(), Collector(1))
+    lane = WorkerLane("s", None, FakeSwapSettings(), broken_deliver)
     crashing.start()
     crashing.attach(lane)
-    lane.mailbox.put("not a frame")  # type: ignore[arg-type]  # conversion raises: the thread dies
+    lane.mailbox.put(_inbound(0))
     for _ in range(100):
         if not crashing.running:
             break
