@@ -219,9 +219,9 @@ class DaemonMetrics:
             ("stage",),
             buckets=FRAME_AGE_BUCKETS,
         )
-        self.swap_cadence = registry.gauge(
-            "livefuse_swap_cadence",
-            "Every how many frames a session swaps (1: all; more when the worker cannot keep up)",
+        self.swap_share = registry.gauge(
+            "livefuse_swap_share",
+            "Share of a session's frames it swaps and sends (1: all; down to 0.25 while the worker cannot keep up)",
             ("session_id",),
         )
         self.client_latency_seconds = registry.histogram(
@@ -257,5 +257,5 @@ class DaemonMetrics:
         )
 
     def forget_session(self, session_id: str) -> None:
-        for metric in (self.frames_in, self.frames_out, self.frames_dropped, self.swap_cadence):
+        for metric in (self.frames_in, self.frames_out, self.frames_dropped, self.swap_share):
             metric.remove(session_id=session_id)

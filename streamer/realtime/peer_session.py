@@ -80,7 +80,7 @@ class PeerSession:
         self._sends_video = True
         self._lane = WorkerLane(session_id, None, binding.default_settings, self._deliver_from_worker)
         self._cadence = SwapCadence(worker.busy_seconds, session_id=session_id)
-        self._published_cadence = 0
+        self._published_share = 0.0
         self._reader: asyncio.Task[None] | None = None
         self._closed: asyncio.Future[None] | None = None
         self._ended = False
@@ -196,9 +196,10 @@ class PeerSession:
 
     def _admit(self) -> bool:
         admitted = self._cadence.admit()
-        if self._cadence.cadence != self._published_cadence:
-            self._published_cadence = self._cadence.cadence
-            self._metrics.swap_cadence.set(self._published_cadence, session_id=self.session_id)
+        share = float(self._cadence.share)
+        if share != self._published_share:
+            self._published_share = share
+            self._metrics.swap_share.set(share, session_id=self.session_id)
         return admitted
 
     def _deliver_from_worker(self, item: InboundFrame, output: VideoFrame) -> None:

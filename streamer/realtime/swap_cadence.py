@@ -1,35 +1,44 @@
 """Adaptive swap cadence: when the worker cannot swap a session's frames as fast as they come, that session
-swaps every 2nd (then 3rd, 4th) frame and sends only those, instead of letting the mailbox drop frames at
-random. The video resolution stays; the frame rate goes down evenly; the worker gets back the headroom the
-codecs need on a small machine, so a swapped frame waits for nothing but its own batch. Never sends an
-unswapped frame of a session that has a source: the skipped frames are not sent at all ("shed").
+swaps fewer of them (3 of 4, 2 of 3, 1 of 2 ... down to 1 of 4), evenly spread, and sends only those,
+instead of letting the mailbox drop frames at random behind a saturated worker. The video resolution
+stays; the frame rate goes down evenly; the worker keeps some headroom, so an admitted frame waits for
+nothing but its own batch, and the codecs keep their share of a small machine. A session that has a
+source never sends an unswapped frame: the skipped frames are not sent at all ("shed").
 
 One `SwapCadence` per session, fed on the event loop: `admit()` per frame the worker would swap,
 `swapped()` per frame it swapped and handed back. Each window (1 s) it compares what came back with what
-it admitted and looks at how busy the worker was:
-- fewer than `lower_below` of the admitted frames came back for `windows_to_lower` windows: swap fewer
-  frames (cadence + 1, up to `max_cadence`);
-- all of them came back for `windows_to_raise` windows and the worker, busy `b` of the time, would be
-  busy `b * cadence / (cadence - 1)` at the next-lower cadence, under `raise_below_busy`: swap more
-  (cadence - 1). Projecting the load keeps the cadence from flapping between two steps.
+it admitted, and looks at how busy the worker was:
+- fewer than `lower_below` of the admitted frames came back, or the worker was busy more than
+  `lower_above_busy` of the time, for `windows_to_lower` windows: swap fewer frames; as few as the
+  worker managed (share x what came back, with a margin), at least one step down the ladder;
+- all of them came back for `windows_to_raise` windows and the worker, busy `b`, would be busy
+  `b x next share / share` one step up, under `raise_below_busy`: one step up. Projecting the load keeps
+  the cadence from flapping between two steps.
 """
 
 import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from fractions import Fraction
 
 logger = logging.getLogger(__name__)
+
+# the shares of frames a session may swap, most first; 1/4 of 30 fps is 7.5 frames/s
+SHARES: tuple[Fraction, ...] = tuple(
+    Fraction(n, d) for n, d in ((1, 1), (3, 4), (2, 3), (1, 2), (2, 5), (1, 3), (1, 4))
+)
 
 
 @dataclass(frozen=True)
 class CadencePolicy:
     window_s: float = 1.0
-    max_cadence: int = 4  # 30 fps in: at worst 7.5 swapped frames/s per session
     lower_below: float = 0.8  # swapped / admitted in a window
+    lower_above_busy: float = 0.9  # worker busy fraction in a window: saturated, frames wait for it
     windows_to_lower: int = 2
-    raise_below_busy: float = 0.8  # projected worker busy fraction at the next-lower cadence
+    raise_below_busy: float = 0.8  # projected worker busy fraction one step up
     windows_to_raise: int = 4
+    margin: float = 0.9  # a new share is this much below what the worker managed
 
 
 class SwapCadence:
@@ -48,24 +57,26 @@ class SwapCadence:
         self._busy_seconds = busy_seconds
         self._clock = clock
         self._session_id = session_id
-        self.cadence = 1
+        self.share = SHARES[0]
         self.reason = "swapping every frame"
         self.shed = 0  # frames not swapped (and not sent) because of the cadence
-        self._frame = 0
+        self._credit = Fraction(0)
         self._window_start = clock()
         self._busy_at_start = busy_seconds()
         self._admitted = 0
         self._swapped = 0
         self._short_windows = 0
-        self._idle_windows = 0
+        self._roomy_windows = 0
+        self._worst_ratio = 1.0
 
     def admit(self) -> bool:
         """Whether this frame goes to the worker; False: skip it (counted in `shed`)."""
         self._roll_window()
-        self._frame += 1
-        if (self._frame - 1) % self.cadence:
+        self._credit += self.share
+        if self._credit < 1:
             self.shed += 1
             return False
+        self._credit -= 1
         self._admitted += 1
         return True
 
@@ -73,12 +84,15 @@ class SwapCadence:
         self._swapped += 1
 
     def reset(self) -> None:
-        """Back to every frame (a new source, swap switched off and on: a fresh start)."""
-        self._set(1, "swapping every frame")
-        self._short_windows = self._idle_windows = 0
+        """Back to every frame (a new source): a fresh start."""
+        self._set(SHARES[0], "swapping every frame")
 
     def describe(self) -> dict[str, object]:
-        return {"swap_cadence": self.cadence, "frames_shed": self.shed, "reason": self.reason}
+        return {
+            "swap_share": f"{self.share.numerator}/{self.share.denominator}",
+            "frames_shed": self.shed,
+            "reason": self.reason,
+        }
 
     def _roll_window(self) -> None:
         now = self._clock()
@@ -91,34 +105,38 @@ class SwapCadence:
         self._window_start, self._busy_at_start, self._admitted, self._swapped = now, busy_now, 0, 0
         if admitted == 0:
             return
-        ratio = swapped / admitted
+        ratio = min(1.0, swapped / admitted)
         policy = self.policy
-        self._short_windows = self._short_windows + 1 if ratio < policy.lower_below else 0
-        projected = busy * self.cadence / (self.cadence - 1) if self.cadence > 1 else busy
-        roomy = ratio >= 0.95 and projected < policy.raise_below_busy
-        self._idle_windows = self._idle_windows + 1 if roomy else 0
-        if self._short_windows >= policy.windows_to_lower and self.cadence < policy.max_cadence:
+        short = ratio < policy.lower_below or busy > policy.lower_above_busy
+        self._short_windows = self._short_windows + 1 if short else 0
+        self._worst_ratio = min(self._worst_ratio, ratio) if short else 1.0
+        step = SHARES.index(self.share)
+        up = SHARES[step - 1] if step > 0 else None
+        roomy = up is not None and ratio >= 0.95 and busy * float(up / self.share) < policy.raise_below_busy
+        self._roomy_windows = self._roomy_windows + 1 if roomy else 0
+        if self._short_windows >= policy.windows_to_lower and step + 1 < len(SHARES):
+            managed = float(self.share) * self._worst_ratio * policy.margin
+            lower = next((share for share in SHARES[step + 1 :] if share <= managed), SHARES[-1])
             self._set(
-                self.cadence + 1,
+                max(lower, SHARES[step + 1]) if self._worst_ratio >= policy.lower_below else lower,
                 f"load: {swapped} of {admitted} frames swapped in {elapsed:.1f} s, worker {busy:.0%} busy",
             )
-        elif self._idle_windows >= policy.windows_to_raise and self.cadence > 1:
-            self._set(self.cadence - 1, f"headroom: worker {busy:.0%} busy")
+        elif self._roomy_windows >= policy.windows_to_raise and up is not None:
+            self._set(up, f"headroom: worker {busy:.0%} busy")
 
-    def _set(self, cadence: int, reason: str) -> None:
-        self._short_windows = self._idle_windows = 0
-        if cadence == self.cadence:
+    def _set(self, share: Fraction, reason: str) -> None:
+        self._short_windows = self._roomy_windows = 0
+        self._worst_ratio = 1.0
+        if share == self.share:
             return
         logger.info(
-            "session %s: swapping every %s frame (%s)",
+            "session %s: swapping %d of %d frames (%s)",
             self._session_id,
-            _ordinal(cadence),
+            share.numerator,
+            share.denominator,
             reason,
-            extra={"session_id": self._session_id, "event": "swap_cadence", "swap_cadence": cadence},
+            extra={"session_id": self._session_id, "event": "swap_cadence", "swap_share": float(share)},
         )
-        self.cadence = cadence
-        self.reason = reason if cadence > 1 else "swapping every frame"
-
-
-def _ordinal(cadence: int) -> str:
-    return {1: "", 2: "2nd", 3: "3rd"}.get(cadence, f"{cadence}th") or "single"
+        self.share = share
+        self._credit = Fraction(0)
+        self.reason = reason if share < 1 else "swapping every frame"

@@ -6,6 +6,7 @@ import asyncio
 import statistics
 import time
 from collections.abc import Sequence
+from fractions import Fraction
 from pathlib import Path
 
 import aiohttp
@@ -57,10 +58,10 @@ async def test_latency_stays_flat_when_the_pipeline_is_too_slow(media_dir: Path)
     result = client.result()
     assert result.duplicates == 0 and result.out_of_order == 0
     # about two of every three frames cannot be processed: they are dropped at a mailbox or, once the
-    # session swaps every 2nd or 3rd frame, shed by its cadence; either way counted, and said in stats
+    # session swaps fewer frames (its cadence), shed; either way counted, and said in the stats
     quality = stats["quality"]
     assert stats["frames_dropped"] + quality["frames_shed"] >= stats["frames_in"] // 3, stats
-    assert quality["swap_cadence"] >= 2 and "swapped" in quality["reason"], quality
+    assert Fraction(quality["swap_share"]) <= Fraction(1, 2) and "busy" in quality["reason"], quality
     assert result.received < 0.6 * result.sent
 
     health_ms.sort()

@@ -59,12 +59,12 @@ export function formatProcessing(value) {
 }
 
 /**
- * The server's swap cadence ({swap_cadence, frames_shed, reason}): "every frame", or, when the daemon
- * swaps fewer frames because it cannot keep up, "every 2nd frame" with why and how many were skipped.
+ * The server's swap cadence ({swap_share: "3/4", frames_shed, reason}): "every frame", or, when the
+ * daemon swaps fewer frames because it cannot keep up, "3 of 4 frames" with why and how many it skipped.
  */
 export function formatCadence(quality) {
-  if (!quality || !quality.swap_cadence) return '–';
-  if (quality.swap_cadence === 1) return 'every frame';
-  const nth = quality.swap_cadence === 2 ? '2nd' : quality.swap_cadence === 3 ? '3rd' : `${quality.swap_cadence}th`;
-  return `every ${nth} frame (${quality.reason}; ${quality.frames_shed} skipped)`;
+  if (!quality || !quality.swap_share) return '–';
+  const [swapped, of] = quality.swap_share.split('/');
+  if (swapped === of) return 'every frame';
+  return `${swapped} of ${of} frames (${quality.reason}; ${quality.frames_shed} skipped)`;
 }

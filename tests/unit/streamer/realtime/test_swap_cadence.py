@@ -1,6 +1,9 @@
-"""The swap cadence steps down when the worker cannot keep up and back up when it has room, evenly."""
+"""The swap cadence swaps fewer frames, evenly, when the worker cannot keep up or is saturated, and more
+again when the projected load fits."""
 
-from streamer.realtime.swap_cadence import CadencePolicy, SwapCadence
+from fractions import Fraction
+
+from streamer.realtime.swap_cadence import SHARES, CadencePolicy, SwapCadence
 
 
 class Clock:
@@ -15,8 +18,8 @@ class Clock:
 def run_window(
     cadence: SwapCadence, clock: Clock, frames: int, swapped_share: float, busy: float
 ) -> list[bool]:
-    """One second of `frames` frames; the worker swaps `swapped_share` of the admitted ones. A window is
-    judged at the first frame of the next one."""
+    """One second of `frames` frames; the worker swaps `swapped_share` of the admitted ones and is busy
+    `busy` of the time. A window is judged at the first frame of the next one."""
     admitted = []
     owed = 0.0
     for _ in range(frames):
@@ -36,57 +39,66 @@ def make(clock: Clock) -> SwapCadence:
     return SwapCadence(lambda: clock.busy, CadencePolicy(), clock=clock, session_id="test")
 
 
-def test_an_overloaded_session_swaps_every_second_then_third_frame_evenly() -> None:
+def test_a_worker_a_third_as_fast_brings_the_share_down_to_what_it_manages_at_once() -> None:
+    """Two windows in which only a third came back: the share drops to the step under a third of the
+    frames (with a margin), not one step at a time."""
     clock = Clock()
     cadence = make(clock)
     for _ in range(3):
-        run_window(cadence, clock, 30, swapped_share=0.5, busy=1.0)
-    assert cadence.cadence == 2 and "of" in cadence.reason
-    admitted = run_window(cadence, clock, 30, swapped_share=0.5, busy=1.0)
-    assert admitted[:6] == [True, False, True, False, True, False]  # evenly spaced, not in bursts
-    for _ in range(2):
-        run_window(cadence, clock, 30, swapped_share=0.5, busy=1.0)
-    assert cadence.cadence == 3
-    assert cadence.shed > 0 and cadence.describe()["swap_cadence"] == 3
+        run_window(cadence, clock, 30, swapped_share=1 / 3, busy=1.0)
+    assert cadence.share == Fraction(1, 4) and "busy" in cadence.reason
+    assert cadence.describe()["swap_share"] == "1/4"
+    admitted = run_window(cadence, clock, 32, swapped_share=1.0, busy=0.75)
+    assert all(sum(admitted[start : start + 4]) == 1 for start in range(28))  # evenly, never in bursts
+    assert cadence.shed > 0
 
 
-def test_it_never_goes_past_the_policys_limit() -> None:
+def test_a_saturated_worker_steps_down_even_when_every_frame_comes_back() -> None:
+    """Busy over 90 % means an admitted frame waits for the batch before it: one step down."""
+    clock = Clock()
+    cadence = make(clock)
+    for _ in range(3):
+        run_window(cadence, clock, 30, swapped_share=1.0, busy=0.97)
+    assert cadence.share == SHARES[1]
+
+
+def test_it_never_swaps_fewer_than_the_last_share() -> None:
     clock = Clock()
     cadence = make(clock)
     for _ in range(30):
-        run_window(cadence, clock, 30, swapped_share=0.25, busy=1.0)
-    assert cadence.cadence == CadencePolicy().max_cadence
+        run_window(cadence, clock, 30, swapped_share=0.1, busy=1.0)
+    assert cadence.share == SHARES[-1]
 
 
-def test_room_on_the_worker_brings_every_frame_back() -> None:
+def test_room_on_the_worker_brings_more_frames_back_one_step_at_a_time() -> None:
     clock = Clock()
     cadence = make(clock)
     for _ in range(3):
         run_window(cadence, clock, 30, swapped_share=0.5, busy=1.0)
-    assert cadence.cadence == 2
-    for _ in range(3):
-        run_window(cadence, clock, 30, swapped_share=1.0, busy=0.3)  # 0.3 * 2 = 0.6 at cadence 1: room
-    assert cadence.cadence == 2  # not before `windows_to_raise` roomy windows
-    for _ in range(2):
+    low = cadence.share
+    assert low < Fraction(1, 2)
+    for _ in range(4):
         run_window(cadence, clock, 30, swapped_share=1.0, busy=0.3)
-    assert cadence.cadence == 1 and cadence.reason == "swapping every frame"
+    assert cadence.share == low  # not before `windows_to_raise` roomy windows have been judged
+    run_window(cadence, clock, 30, swapped_share=1.0, busy=0.3)
+    assert cadence.share == SHARES[SHARES.index(low) - 1] and "headroom" in cadence.reason
 
 
-def test_a_busy_worker_keeps_the_lower_cadence_even_when_every_frame_comes_back() -> None:
-    """At cadence 2 with the worker 60 % busy, every frame would mean 120 %: stay."""
+def test_a_busy_worker_keeps_the_lower_share_even_when_every_frame_comes_back() -> None:
+    """At 1/4 with the worker 70 % busy, 1/3 would mean 93 %: stay."""
     clock = Clock()
     cadence = make(clock)
     for _ in range(3):
-        run_window(cadence, clock, 30, swapped_share=0.5, busy=1.0)
+        run_window(cadence, clock, 30, swapped_share=1 / 3, busy=1.0)
     for _ in range(10):
-        run_window(cadence, clock, 30, swapped_share=1.0, busy=0.6)
-    assert cadence.cadence == 2
+        run_window(cadence, clock, 30, swapped_share=1.0, busy=0.7)
+    assert cadence.share == Fraction(1, 4)
 
 
 def test_reset_starts_over_at_every_frame() -> None:
     clock = Clock()
     cadence = make(clock)
-    for _ in range(4):
+    for _ in range(3):
         run_window(cadence, clock, 30, swapped_share=0.5, busy=1.0)
     cadence.reset()
-    assert cadence.cadence == 1 and all(run_window(cadence, clock, 10, swapped_share=1.0, busy=0.1))
+    assert cadence.share == 1 and all(run_window(cadence, clock, 10, swapped_share=1.0, busy=0.1))
