@@ -35,6 +35,7 @@ from streamer.realtime.mailbox import FrameMailbox
 from streamer.realtime.metrics import DaemonMetrics
 from streamer.realtime.micro_batcher import Batch, BatchPolicy, MicroBatcher
 from streamer.realtime.pipeline_binding import PipelineBinding, Settings, SourceHandle, StreamState
+from streamer.realtime.swap_cadence import SwapCadence
 
 logger = logging.getLogger(__name__)
 
@@ -116,6 +117,8 @@ class BatchWorker:
         self.error: BaseException | None = None
         self.batches = 0
         self._busy_s = 0.0  # time spent in batches, written by the worker thread only
+        # which of the sessions' frames to swap while this worker cannot keep up (event loop side)
+        self.cadence = SwapCadence(self.busy_seconds)
 
     def busy_seconds(self) -> float:
         """Total time the worker has spent running batches (any thread may read it; sessions sample it
@@ -171,6 +174,7 @@ class BatchWorker:
             self._lanes.pop(lane.session_id, None)
             self._batcher.detach(lane.session_id)
         lane.mailbox.clear()
+        self.cadence.forget(lane.session_id)
         self._forget.append(lane.session_id)  # its device buffers, once a batch holding its frame is done
         self._wake.set()
 

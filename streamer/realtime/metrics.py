@@ -221,8 +221,8 @@ class DaemonMetrics:
         )
         self.swap_share = registry.gauge(
             "livefuse_swap_share",
-            "Share of a session's frames it swaps and sends (1: all; down to 0.25 while the worker cannot keep up)",
-            ("session_id",),
+            "Share of each session's frames swapped and sent (1: all; down to 0.25 while the worker cannot "
+            "keep up)",
         )
         self.client_latency_seconds = registry.histogram(
             "livefuse_e2e_latency_seconds", "Glass-to-glass latency reported by clients from frame stamps"
@@ -257,5 +257,5 @@ class DaemonMetrics:
         )
 
     def forget_session(self, session_id: str) -> None:
-        for metric in (self.frames_in, self.frames_out, self.frames_dropped, self.swap_share):
+        for metric in (self.frames_in, self.frames_out, self.frames_dropped):
             metric.remove(session_id=session_id)

@@ -26,7 +26,6 @@ from streamer.realtime.batch_worker import BatchWorker, InboundFrame, WorkerLane
 from streamer.realtime.metrics import DaemonMetrics
 from streamer.realtime.pipeline_binding import PipelineBinding, Settings
 from streamer.realtime.session_outputs import SessionOutputs
-from streamer.realtime.swap_cadence import SwapCadence
 from streamer.realtime.swapped_track import SwappedTrack
 from streamer.transport.codec_tuning import prefer_codec
 
@@ -79,8 +78,7 @@ class PeerSession:
         self.outputs = SessionOutputs(session_id)  # WHEP viewers and the viewer page
         self._sends_video = True
         self._lane = WorkerLane(session_id, None, binding.default_settings, self._deliver_from_worker)
-        self._cadence = SwapCadence(worker.busy_seconds, session_id=session_id)
-        self._published_share = 0.0
+        self.frames_shed = 0  # skipped by the worker's swap cadence (never sent unswapped)
         self._reader: asyncio.Task[None] | None = None
         self._closed: asyncio.Future[None] | None = None
         self._ended = False
@@ -195,11 +193,10 @@ class PeerSession:
         self._metrics.frames_in.inc(session_id=self.session_id)
 
     def _admit(self) -> bool:
-        admitted = self._cadence.admit()
-        share = float(self._cadence.share)
-        if share != self._published_share:
-            self._published_share = share
-            self._metrics.swap_share.set(share, session_id=self.session_id)
+        cadence = self._worker.cadence
+        admitted = cadence.admit(self.session_id)
+        self.frames_shed += not admitted
+        self._metrics.swap_share.set(float(cadence.share))
         return admitted
 
     def _deliver_from_worker(self, item: InboundFrame, output: VideoFrame) -> None:
@@ -209,7 +206,7 @@ class PeerSession:
             pass
 
     def _push_swapped(self, item: InboundFrame, output: VideoFrame) -> None:
-        self._cadence.swapped()
+        self._worker.cadence.swapped()
         self._push_out(item, output)
 
     def _push_out(self, item: InboundFrame, output: VideoFrame) -> None:
@@ -230,7 +227,6 @@ class PeerSession:
         settings = self._lane.settings
         pipeline = self._binding.pipeline
         self._lane.source = await self._worker.call(lambda: pipeline.prepare_source(image, settings))
-        self._cadence.reset()
         self.source_info = SourceInfo(sha256, int(image.shape[1]), int(image.shape[0]))
         logger.info("session %s: source set", self.session_id, extra={**self._extra, "event": "source_set"})
         return self.source_info
@@ -276,7 +272,7 @@ class PeerSession:
             "has_source": self._lane.source is not None,
             "has_reference": self.reference_sha256 is not None,
             "connection_state": self._pc.connectionState if self._pc else "new",
-            "quality": self._cadence.describe(),
+            "quality": {**self._worker.cadence.describe(), "frames_shed": self.frames_shed},
             "viewers": self.outputs.viewer_count,
         }
 

@@ -1,12 +1,14 @@
-"""Adaptive swap cadence: when the worker cannot swap a session's frames as fast as they come, that session
-swaps fewer of them (3 of 4, 2 of 3, 1 of 2 ... down to 1 of 4), evenly spread, and sends only those,
-instead of letting the mailbox drop frames at random behind a saturated worker. The video resolution
+"""Adaptive swap cadence: when the worker cannot swap the sessions' frames as fast as they come, every
+session swaps fewer of them (3 of 4, 2 of 3, 1 of 2 ... down to 1 of 4), evenly spread, and sends only
+those, instead of letting the mailboxes drop frames at random behind a saturated worker. One share for
+all sessions of a worker, so each call gets the same share of its frames swapped (fairness). The video resolution
 stays; the frame rate goes down evenly; the worker keeps some headroom, so an admitted frame waits for
 nothing but its own batch, and the codecs keep their share of a small machine. A session that has a
 source never sends an unswapped frame: the skipped frames are not sent at all ("shed").
 
-One `SwapCadence` per session, fed on the event loop: `admit()` per frame the worker would swap,
-`swapped()` per frame it swapped and handed back. Each window (1 s) it compares what came back with what
+One `SwapCadence` per worker (`BatchWorker.cadence`), fed on the event loop: `admit(session_id)` per
+frame the worker would swap, `swapped()` per frame it swapped and handed back, `forget(session_id)` when
+a session leaves. Each window (1 s) it compares what came back with what
 it admitted, and looks at how busy the worker was:
 - fewer than `lower_below` of the admitted frames came back, or the worker was busy more than
   `lower_above_busy` of the time, for `windows_to_lower` windows: swap fewer frames; as few as the
@@ -42,7 +44,7 @@ class CadencePolicy:
 
 
 class SwapCadence:
-    """Which of a session's frames to swap. `busy_seconds()` is the worker's total busy time so far
+    """Which of the sessions' frames to swap; event loop only. `busy_seconds()` is the worker's total busy time so far
     (monotonic, read from any thread); `clock` is injectable for tests."""
 
     def __init__(
@@ -51,16 +53,13 @@ class SwapCadence:
         policy: CadencePolicy | None = None,
         *,
         clock: Callable[[], float] = time.monotonic,
-        session_id: str = "-",
     ) -> None:
         self.policy = policy or CadencePolicy()
         self._busy_seconds = busy_seconds
         self._clock = clock
-        self._session_id = session_id
         self.share = SHARES[0]
         self.reason = "swapping every frame"
-        self.shed = 0  # frames not swapped (and not sent) because of the cadence
-        self._credit = Fraction(0)
+        self._credit: dict[str, Fraction] = {}  # per session: spreads its admitted frames evenly
         self._window_start = clock()
         self._busy_at_start = busy_seconds()
         self._admitted = 0
@@ -69,30 +68,23 @@ class SwapCadence:
         self._roomy_windows = 0
         self._worst_ratio = 1.0
 
-    def admit(self) -> bool:
-        """Whether this frame goes to the worker; False: skip it (counted in `shed`)."""
+    def admit(self, session_id: str) -> bool:
+        """Whether this frame of `session_id` goes to the worker; False: skip it (the caller counts it)."""
         self._roll_window()
-        self._credit += self.share
-        if self._credit < 1:
-            self.shed += 1
-            return False
-        self._credit -= 1
-        self._admitted += 1
-        return True
+        credit = self._credit.get(session_id, Fraction(0)) + self.share
+        admitted = credit >= 1
+        self._credit[session_id] = credit - 1 if admitted else credit
+        self._admitted += admitted
+        return admitted
 
     def swapped(self) -> None:
         self._swapped += 1
 
-    def reset(self) -> None:
-        """Back to every frame (a new source): a fresh start."""
-        self._set(SHARES[0], "swapping every frame")
+    def forget(self, session_id: str) -> None:
+        self._credit.pop(session_id, None)
 
     def describe(self) -> dict[str, object]:
-        return {
-            "swap_share": f"{self.share.numerator}/{self.share.denominator}",
-            "frames_shed": self.shed,
-            "reason": self.reason,
-        }
+        return {"swap_share": f"{self.share.numerator}/{self.share.denominator}", "reason": self.reason}
 
     def _roll_window(self) -> None:
         now = self._clock()
@@ -130,13 +122,12 @@ class SwapCadence:
         if share == self.share:
             return
         logger.info(
-            "session %s: swapping %d of %d frames (%s)",
-            self._session_id,
+            "swapping %d of %d frames of every session (%s)",
             share.numerator,
             share.denominator,
             reason,
-            extra={"session_id": self._session_id, "event": "swap_cadence", "swap_share": float(share)},
+            extra={"event": "swap_cadence", "swap_share": float(share)},
         )
         self.share = share
-        self._credit = Fraction(0)
+        self._credit.clear()
         self.reason = reason if share < 1 else "swapping every frame"
