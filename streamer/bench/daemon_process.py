@@ -78,6 +78,10 @@ class DaemonProcess:
     ) -> None:
         self.close()
 
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
     def log_tail(self) -> str:
         try:
             return self.log_path.read_text(errors="replace")[-LOG_TAIL_CHARS:]

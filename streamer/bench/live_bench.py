@@ -19,6 +19,7 @@ import logging
 import statistics
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import AsyncExitStack, ExitStack, contextmanager
 from dataclasses import asdict, dataclass
@@ -38,6 +39,7 @@ from streamer.bench.frames import (
     source_upload,
 )
 from streamer.bench.peer_client import LiveResult, PeerClient
+from streamer.bench.process_cpu import cpu_seconds
 from streamer.bench.revision_checkout import revision_checkout
 from streamer.pipeline.image_input import read_image_file
 
@@ -71,6 +73,8 @@ class PhaseResult:
     call: int = 0  # which of `--calls` concurrent calls
     first_quarter_p50_ms: float | None = None  # latency creeping up shows as last > first
     last_quarter_p50_ms: float | None = None
+    # the daemon process's CPU during the phase (all calls), in % of one core: decode, swap, encode
+    daemon_cpu_percent: float | None = None
 
 
 def _quarter_medians(latencies: tuple[float, ...]) -> tuple[float | None, float | None]:
@@ -88,6 +92,7 @@ def summarise_phase(
     server_dropped: int,
     server_processing_ms: float | None = None,
     call: int = 0,
+    daemon_cpu_percent: float | None = None,
 ) -> PhaseResult:
     """A PhaseResult from the client's record of the phase (`sent_before`: frames sent before it began)."""
     latencies = result.latencies_ms
@@ -107,6 +112,7 @@ def summarise_phase(
         max_ms=float(max(latencies)) if latencies else None,
         server_processing_ms=server_processing_ms,
         call=call,
+        daemon_cpu_percent=daemon_cpu_percent,
         first_quarter_p50_ms=first_quarter,
         last_quarter_p50_ms=last_quarter,
     )
@@ -116,12 +122,15 @@ def format_table(phases: list[PhaseResult], header: str) -> str:
     def ms(value: float | None) -> str:
         return f"{value:>8.1f}" if value is not None else f"{'-':>8}"
 
+    def percent(value: float | None) -> str:
+        return f"{value:>7.0f}" if value is not None else f"{'-':>7}"
+
     several = any(phase.call for phase in phases)
     lines = [
         header,
         (
             f"{'phase':<13}{'sent':>6}{'recv':>6}{'unread':>8}{'dropped':>9}{'fps':>7}"
-            f"{'p50 ms':>8}{'p95 ms':>8}{'max ms':>8}{'server ms':>11}{'q1 p50':>8}{'q4 p50':>8}"
+            f"{'p50 ms':>8}{'p95 ms':>8}{'max ms':>8}{'server ms':>11}{'q1 p50':>8}{'q4 p50':>8}{'cpu %':>7}"
         ),
     ]
     for phase in phases:
@@ -130,16 +139,25 @@ def format_table(phases: list[PhaseResult], header: str) -> str:
             f"{name:<13}{phase.sent:>6}{phase.received:>6}{phase.unreadable:>8}{phase.server_dropped:>9}"
             f"{phase.fps_received:>7.1f}{ms(phase.p50_ms)}{ms(phase.p95_ms)}{ms(phase.max_ms)}"
             f"{ms(phase.server_processing_ms):>11}{ms(phase.first_quarter_p50_ms)}{ms(phase.last_quarter_p50_ms)}"
+            f"{percent(phase.daemon_cpu_percent)}"
         )
     return "\n".join(lines)
 
 
-async def _measure_phase(clients: list[PeerClient], name: str, seconds: float) -> list[PhaseResult]:
-    """One phase on every call at once: warm-up, then `seconds` counted per call."""
+async def _measure_phase(
+    clients: list[PeerClient], name: str, seconds: float, daemon_pid: int | None = None
+) -> list[PhaseResult]:
+    """One phase on every call at once: warm-up, then `seconds` counted per call (and the daemon's CPU)."""
     await asyncio.sleep(WARMUP_SECONDS)
     marks = [(len(client.received), client.track.sent) for client in clients]
     dropped_before = [int(stats.get("frames_dropped", 0)) for stats in await _all_stats(clients)]
+    cpu_before = cpu_seconds(daemon_pid) if daemon_pid is not None else None
+    started = time.monotonic()
     await asyncio.sleep(seconds)
+    cpu_after = cpu_seconds(daemon_pid) if daemon_pid is not None else None
+    cpu_percent = None
+    if cpu_before is not None and cpu_after is not None:
+        cpu_percent = 100.0 * (cpu_after - cpu_before) / (time.monotonic() - started)
     phases = []
     for call, (client, (since, sent_before), before, stats) in enumerate(
         zip(clients, marks, dropped_before, await _all_stats(clients))
@@ -153,6 +171,7 @@ async def _measure_phase(clients: list[PeerClient], name: str, seconds: float) -
             int(stats.get("frames_dropped", 0)) - before,
             float(processing) if processing is not None else None,
             call,
+            cpu_percent,
         )
         logger.info(
             "phase %s call %d: %.1f fps, p50 %s ms, p95 %s ms", name, call, phase.fps_received,
@@ -184,8 +203,10 @@ async def measure_live(
     settings: dict[str, Any],
     seconds: float,
     calls: int = 1,
+    daemon_pid: int | None = None,
 ) -> list[PhaseResult]:
-    """Passthrough then swapping, on `calls` concurrent calls to the daemon at `base_url`."""
+    """Passthrough then swapping, on `calls` concurrent calls to the daemon at `base_url` (process
+    `daemon_pid`, whose CPU is read per phase when given)."""
     async with AsyncExitStack() as stack:
         clients = [
             await stack.enter_async_context(
@@ -194,11 +215,11 @@ async def measure_live(
             for _ in range(calls)
         ]
         await asyncio.gather(*(client.wait_for_frames(1, timeout=20.0) for client in clients))
-        passthrough = await _measure_phase(clients, "passthrough", seconds)
+        passthrough = await _measure_phase(clients, "passthrough", seconds, daemon_pid)
         await asyncio.gather(*(client.patch_settings(settings) for client in clients))
         await asyncio.gather(*(client.upload_source(source_image, source_type) for client in clients))
         name = str(settings.get("engine", "swap")) + ("+enhancer" if settings.get("enhancer") else "")
-        swapping = await _measure_phase(clients, name, seconds)
+        swapping = await _measure_phase(clients, name, seconds, daemon_pid)
     return passthrough + swapping
 
 
@@ -219,6 +240,7 @@ class LoopbackBench:
     frames: list[Frame]
     source_image: bytes
     source_type: str
+    pid: int | None = None  # the daemon process
 
 
 @contextmanager
@@ -239,7 +261,7 @@ def loopback_bench(
             models_dir, Path(scratch) / "daemon.log", extra_args=daemon_args(args), run_stream=run_stream
         ) as daemon,
     ):
-        yield LoopbackBench(daemon.url, frames, source_image, source_type)
+        yield LoopbackBench(daemon.url, frames, source_image, source_type, daemon.pid)
 
 
 @dataclass(frozen=True)
@@ -271,6 +293,7 @@ def _swap_summary(runs: list[LiveRun]) -> dict[str, dict[str, float | None]]:
             "p50_ms": median([phase.p50_ms for phase in swapping]),
             "p95_ms": median([phase.p95_ms for phase in swapping]),
             "passthrough_p50_ms": median([phase.p50_ms for phase in passthrough]),
+            "daemon_cpu_percent": median([phase.daemon_cpu_percent for phase in swapping]),
         }
     return summary
 
@@ -301,6 +324,7 @@ def run_live(args: argparse.Namespace) -> int:
                             settings,
                             seconds,
                             calls,
+                            bench.pid,
                         )
                     )
                 runs.append(LiveRun(label, round_index, phases))

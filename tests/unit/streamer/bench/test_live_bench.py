@@ -1,9 +1,13 @@
 """The live bench's bookkeeping: per-phase counts and percentiles, and the printed table."""
 
+import os
+import time
+
 import pytest
 
 from streamer.bench.live_bench import LiveRun, PhaseResult, _swap_summary, format_table, summarise_phase
 from streamer.bench.peer_client import LiveResult
+from streamer.bench.process_cpu import cpu_seconds
 
 
 def _result(latencies: tuple[float, ...], sent: int, received: int, unreadable: int = 0) -> LiveResult:
@@ -37,7 +41,7 @@ def test_phase_without_readable_stamps_has_no_latency() -> None:
 def test_table_has_one_row_per_phase_and_dashes_for_missing_latency() -> None:
     phases = [
         PhaseResult("passthrough", 10.0, 300, 298, 0, 0, 0, 0, 29.8, 14.25, 21.0, 30.5, 3.25),
-        PhaseResult("mesh", 10.0, 300, 240, 240, 0, 0, 55, 24.0, None, None, None),
+        PhaseResult("mesh", 10.0, 300, 240, 240, 0, 0, 55, 24.0, None, None, None, daemon_cpu_percent=95.2),
     ]
     lines = format_table(phases, "header").splitlines()
     assert lines[0] == "header"
@@ -60,11 +64,13 @@ def test_table_has_one_row_per_phase_and_dashes_for_missing_latency() -> None:
         "p50",
         "q4",
         "p50",
+        "cpu",
+        "%",
     ]
     assert lines[2].split() == [
-        "passthrough", "300", "298", "0", "0", "29.8", "14.2", "21.0", "30.5", "3.2", "-", "-"
+        "passthrough", "300", "298", "0", "0", "29.8", "14.2", "21.0", "30.5", "3.2", "-", "-", "-"
     ]  # fmt: skip
-    assert lines[3].split() == ["mesh", "300", "240", "240", "55", "24.0", "-", "-", "-", "-", "-", "-"]
+    assert lines[3].split() == ["mesh", "300", "240", "240", "55", "24.0", "-", "-", "-", "-", "-", "-", "95"]
 
 
 def test_quarters_show_latency_creeping_up() -> None:
@@ -92,5 +98,20 @@ def test_summary_takes_medians_per_daemon_over_rounds() -> None:
     runs = [run("baseline abc", 0, 20.0, 120.0), run("current", 0, 29.0, 40.0), run("current", 1, 28.0, 50.0)]
     runs.append(run("baseline abc", 1, 22.0, 100.0))
     summary = _swap_summary(runs)
-    assert summary["current"] == {"fps": 28.5, "p50_ms": 45.0, "p95_ms": 67.5, "passthrough_p50_ms": 15.0}
+    assert summary["current"] == {
+        "fps": 28.5, "p50_ms": 45.0, "p95_ms": 67.5, "passthrough_p50_ms": 15.0, "daemon_cpu_percent": None
+    }  # fmt: skip
     assert summary["baseline abc"]["fps"] == 21.0 and summary["baseline abc"]["p50_ms"] == 110.0
+
+
+def test_process_cpu_is_read_from_proc() -> None:
+    """The bench's CPU column: this process's own CPU time grows while it computes."""
+    before = cpu_seconds(os.getpid())
+    if before is None:
+        pytest.skip("no /proc here")
+    deadline = time.process_time() + 0.2
+    while time.process_time() < deadline:
+        pass
+    after = cpu_seconds(os.getpid())
+    assert after is not None and after - before >= 0.1
+    assert cpu_seconds(2**22 + 12345) is None  # no such process
