@@ -15,26 +15,12 @@ from numpy.typing import NDArray
 
 from gpu_ops.masks import fill_polygons_cpu
 from models import face_mesh_topology as topology
-from models.detector import Detector
 from models.face import Frame
-from models.inference import InferenceConfig
-from models.landmarks import Landmarker
-from models.model_files import ModelStore
-from models.registry import get_spec
 from streamer.pipeline.swap_engines import mesh as mesh_engine
 from streamer.pipeline.swap_engines.base import StreamMemory, SwapOptions
 from streamer.pipeline.swap_engines.mesh import MeshConfig, MeshEngine
 from streamer.pipeline.swap_engines.mesh_source import lowered_outline
 from tests.integration.test_mesh_quality import faces_of, load
-
-
-@pytest.fixture(scope="module")
-def engine(models_dir: Path) -> MeshEngine:
-    store = ModelStore(models_dir)
-    config = InferenceConfig(intra_op_threads=2)
-    detector = Detector(store.session("yunet_n", config), get_spec("yunet_n"))
-    landmarker = Landmarker(store.session("facemesh_468", config), get_spec("facemesh_468"))
-    return MeshEngine(detector, landmarker)
 
 
 def paint_cheek_band(image: Frame, mesh: NDArray[np.float32]) -> Frame:

@@ -15,24 +15,10 @@ from numpy.typing import NDArray
 
 from gpu_ops.masks import fill_polygons_cpu
 from models import face_mesh_topology as topology
-from models.detector import Detector
 from models.face import Frame, TrackedFace
-from models.inference import InferenceConfig
-from models.landmarks import Landmarker
-from models.model_files import ModelStore
-from models.registry import get_spec
 from streamer.pipeline.swap_engines.base import NoFaceError, SwapOptions
 from streamer.pipeline.swap_engines.mesh import MeshConfig, MeshEngine, paste_box
 from streamer.pipeline.swap_engines.mesh_source import texture_transform
-
-
-@pytest.fixture(scope="module")
-def engine(models_dir: Path) -> MeshEngine:
-    store = ModelStore(models_dir)
-    config = InferenceConfig(intra_op_threads=2)
-    detector = Detector(store.session("yunet_n", config), get_spec("yunet_n"))
-    landmarker = Landmarker(store.session("facemesh_468", config), get_spec("facemesh_468"))
-    return MeshEngine(detector, landmarker)
 
 
 def load(media_dir: Path, name: str, height: int = 480) -> Frame:
