@@ -272,9 +272,7 @@ def main() -> int:
         ],
         first=occluded,
     )
-    obama_face = pictures.face(obama)
-    assert obama_face.mesh is not None
-    banded = with_cheek_band(obama, obama_face.mesh)
+    banded = with_cheek_band(obama, face.mesh)
     pictures.save(
         "mesh_cheek_band.png",
         astronaut,
