@@ -10,16 +10,17 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from gpu_ops.errors import InvalidInputError
+from streamer.bench.daemon_process import RUN_STREAM
 
 logger = logging.getLogger(__name__)
 
-CHECKOUT_ROOT = Path(__file__).resolve().parents[2]
+CHECKOUT_ROOT = RUN_STREAM.parent
 
 
-def _git(*args: str, cwd: Path = CHECKOUT_ROOT) -> str:
+def _git(*args: str) -> str:
     try:
         result = subprocess.run(
-            ["git", *args], cwd=cwd, capture_output=True, text=True, timeout=120, check=False
+            ["git", *args], cwd=CHECKOUT_ROOT, capture_output=True, text=True, timeout=120, check=False
         )
     except FileNotFoundError:
         raise InvalidInputError("--baseline needs git and a git checkout of livefuse") from None
