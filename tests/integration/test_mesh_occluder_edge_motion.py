@@ -1,5 +1,6 @@
 """Mesh engine on real photos, issue 12: nothing in front of the source's face reaches the target, the
-pasted edge does not show, and the skin tone does not pump while the face moves (-s prints numbers).
+pasted edge does not show (nor paints skin over what lies past the target's own face), and the skin
+tone does not pump while the face moves (-s prints numbers).
 
 Each check also runs the engine with the fix switched off (MeshConfig) and shows that it fails there.
 """
@@ -111,8 +112,10 @@ def luma_gradient(image: Frame) -> NDArray[np.float32]:
 
 def seam_ratio(target: Frame, swapped: Frame, mesh: NDArray[np.float32], forehead_drop: float) -> float:
     """Gradient along the pasted region's edge after the swap (the band from the hull line to 2.5 % of the
-    face height inside it) over the target's own gradient just inside (2.5-5 %) or just outside (0-2.5 %)
-    it, whichever is larger. Above 1: the edge shows more than anything the target has there."""
+    face height inside it) over the largest of the target's own gradients there, just inside (2.5-5 %)
+    and just outside (0-2.5 %) it. Above 1: the edge shows more than anything the target has there.
+    The target's own gradient in the band itself counts: without it a swap that changes nothing would
+    score above 1 where the target's jaw line runs along the hull (fr_biden2.jpg: 1.015)."""
     face_height = float(np.linalg.norm(mesh[10, :2] - mesh[152, :2]))
     hull = fill_polygons_cpu((target.shape[1], target.shape[0]), [lowered_outline(mesh, forehead_drop)])
     depth = cv2.distanceTransform(hull, cv2.DIST_L2, 3) - cv2.distanceTransform(255 - hull, cv2.DIST_L2, 3)
@@ -120,9 +123,8 @@ def seam_ratio(target: Frame, swapped: Frame, mesh: NDArray[np.float32], forehea
     edge = (depth >= 0) & (depth <= width)
     inside, outside = (depth > width) & (depth <= 2 * width), (depth < 0) & (depth >= -width)
     swapped_gradient, target_gradient = luma_gradient(swapped), luma_gradient(target)
-    return float(
-        swapped_gradient[edge].mean() / max(target_gradient[inside].mean(), target_gradient[outside].mean())
-    )
+    own = max(target_gradient[band].mean() for band in (edge, inside, outside))
+    return float(swapped_gradient[edge].mean() / own)
 
 
 SEAM_PAIRS = (
@@ -135,21 +137,30 @@ SEAM_PAIRS = (
 )
 
 
-def test_the_pasted_edge_shows_little_more_than_the_target_around_it(
-    engine: MeshEngine, media_dir: Path
-) -> None:
-    """The multi-band blend takes the edge's tone from the target: every pair's edge is flatter than with
-    one feathered alpha, and on average within 10 % of the target's own gradients around it (the
-    feather: 15-40 % above). Not below 1 everywhere: the source's own skin (stubble, pores) lies in the
-    edge band, and wider tone bands at the cheeks would cost the identity check its floor."""
-    feather = MeshEngine(engine.detector, engine.landmarker, MeshConfig(blend="feather"))
+# the engine before the rim guard, with the narrow tone band it had (its mean seam ratio: 1.06)
+NARROW_TONE_NO_GUARD = MeshConfig(
+    source=dataclasses.replace(MeshConfig().source, band_widths=(0.03, 0.045, 0.06)), rim_guard=None
+)
+
+
+def test_the_pasted_edge_shows_no_more_than_the_target_around_it(engine: MeshEngine, media_dir: Path) -> None:
+    """The multi-band blend takes the edge's tone from the target and the rim guard leaves it the
+    shadow, hair and background inside the outline: the edge shows no more than the target's own
+    gradients, 5 pairs of 6 below them and the sixth 0.7 % above (0.88-1.007, mean 0.94: a smiling
+    target's chin shadow along the hull). The engine without the guard and with a narrow tone band
+    reached 1.20, and one feathered alpha is worse than the multi-band blend on every pair."""
+    engines = {
+        "now": engine,
+        "narrow tone, no guard": MeshEngine(engine.detector, engine.landmarker, NARROW_TONE_NO_GUARD),
+        "feather": MeshEngine(engine.detector, engine.landmarker, MeshConfig(blend="feather")),
+    }
     drop = engine.config.source.forehead_drop
-    ratios: dict[str, list[float]] = {"multiband": [], "feather": []}
+    ratios: dict[str, list[float]] = {name: [] for name in engines}
     for source_name, target_name in SEAM_PAIRS:
         target = load(media_dir, target_name)
         face = faces_of(engine, target)[0]
         assert face.mesh is not None
-        for name, configured in (("multiband", engine), ("feather", feather)):
+        for name, configured in engines.items():
             source = configured.prepare_source(load(media_dir, source_name))
             swapped = configured.swap(target, [face], source, SwapOptions())
             ratios[name].append(seam_ratio(target, swapped, face.mesh, drop))
@@ -157,8 +168,48 @@ def test_the_pasted_edge_shows_little_more_than_the_target_around_it(
         "\nedge gradient / target's own around it:",
         {k: [round(v, 3) for v in vs] for k, vs in ratios.items()},
     )
-    assert all(blended < feathered for blended, feathered in zip(ratios["multiband"], ratios["feather"]))
-    assert np.mean(ratios["multiband"]) <= 1.10 < np.mean(ratios["feather"])
+    assert max(ratios["now"]) <= 1.01 and np.mean(ratios["now"]) <= 0.95
+    assert sum(ratio <= 1.0 for ratio in ratios["now"]) >= 5
+    assert max(ratios["narrow tone, no guard"]) > 1.1
+    assert all(now < feathered for now, feathered in zip(ratios["now"], ratios["feather"]))
+
+
+def test_an_outline_past_the_face_keeps_the_dark_surroundings(engine: MeshEngine, media_dir: Path) -> None:
+    """A landmark fit that runs past the face (the mesh 8 % too large, as a broad smile or a turned head
+    gives): in the ring between the true outline and the fitted one, what is dark (background, hair,
+    the shadow under the chin) changes well under half as much with the rim guard as without it, and
+    the lit skin in that ring is pasted alike (measured: 4-7 levels against 12-18; lit 5-21 both)."""
+    unguarded = MeshEngine(
+        engine.detector, engine.landmarker, dataclasses.replace(engine.config, rim_guard=None)
+    )
+    source_image = load(media_dir, "fr_obama.jpg")
+    sources = {id(configured): configured.prepare_source(source_image) for configured in (engine, unguarded)}
+    for target_name in ("skimage_astronaut.png", "fr_biden2.jpg", "fr_lin_manuel_miranda.png"):
+        target = load(media_dir, target_name)
+        face = faces_of(engine, target)[0]
+        assert face.mesh is not None
+        centre = face.mesh[:, :2].mean(axis=0)
+        fitted = face.mesh.copy()
+        fitted[:, :2] = centre + (face.mesh[:, :2] - centre) * 1.08
+        size = (target.shape[1], target.shape[0])
+        drop = engine.config.source.forehead_drop
+        ring = (fill_polygons_cpu(size, [lowered_outline(fitted, drop)]) > 0) & ~(
+            fill_polygons_cpu(size, [lowered_outline(face.mesh, drop)]) > 0
+        )
+        luma = target.astype(np.float32) @ np.array([0.299, 0.587, 0.114], np.float32)
+        face_luma = float(luma[fill_polygons_cpu(size, [lowered_outline(face.mesh, drop)]) > 0].mean())
+        dark, lit = ring & (luma < 0.5 * face_luma), ring & (luma > 0.8 * face_luma)
+        assert dark.sum() > 300 and lit.sum() > 300
+        change = {}
+        for name, configured in (("guard", engine), ("no guard", unguarded)):
+            swapped = configured.swap(
+                target, [dataclasses.replace(face, mesh=fitted)], sources[id(configured)], SwapOptions()
+            )
+            difference = np.abs(swapped.astype(np.float32) - target.astype(np.float32)).max(axis=2)
+            change[name] = (float(difference[dark].mean()), float(difference[lit].mean()))
+        print(f"\n{target_name}: mean change on the ring's dark and lit pixels {change}")
+        assert change["guard"][0] < 0.5 * change["no guard"][0]
+        assert abs(change["guard"][1] - change["no guard"][1]) < 1.0
 
 
 def test_colour_statistics_hold_still_under_motion_and_follow_a_change_of_light(

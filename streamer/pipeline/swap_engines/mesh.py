@@ -3,8 +3,10 @@
 Per face and frame: one remap field over the face box (gpu_ops.mesh_warp: no cracks, one sample of
 colour + paste mask, one of the blend's level masks), with `mouth_mask` the target's eyes and inner
 mouth kept, the target's lips kept when its mouth is much more open than the source's (closed lips
-stretched over a grin look wrong), the target's low-frequency shading applied (gpu_ops.color_transfer),
-then a multi-band blend (gpu_ops.multiband_blend: no visible edge) that writes only inside the face box.
+stretched over a grin look wrong), the target's own dark rim inside the outline kept (gpu_ops.rim_guard:
+background past a jaw, the shadow under a chin), the target's low-frequency shading applied
+(gpu_ops.color_transfer), then a multi-band blend (gpu_ops.multiband_blend: no visible edge) that writes
+only inside the face box.
 With the stream's memory (SwapOptions.memory) the shading statistics and the lips weight are smoothed
 per face track (mesh_memory.py). Everything about the source is prepared once (mesh_source.py).
 Works with the permissive models: any detector with 5 points and the facemesh_468 landmarker.
@@ -25,6 +27,7 @@ from gpu_ops.errors import InvalidInputError
 from gpu_ops.masks import blend, fill_polygons
 from gpu_ops.mesh_warp import apply_remap, build_remap
 from gpu_ops.multiband_blend import mask_planes, multiband_blend
+from gpu_ops.rim_guard import rim_guard
 from models import face_mesh_topology as topology
 from models.detector import Detector
 from models.face import Frame, TrackedFace
@@ -67,6 +70,9 @@ class MeshConfig:
     keep_target_lips: bool = True
     lips_open_difference: tuple[float, float] = (0.2, 0.35)  # target - source openness: start, full
     blend: BlendMethod = "multiband"  # "feather": one alpha blend (the edge and holes show as a line)
+    # in the outline zone, target pixels darker than these shares of its face's mean luma are kept
+    # (fully below the first); None pastes the whole outline
+    rim_guard: tuple[float, float] | None = (0.5, 0.75)
     smoothing: Smoothing | None = field(default_factory=Smoothing)  # None: every frame measured alone
 
 
@@ -165,6 +171,12 @@ class MeshEngine:
             keep *= 1.0 - lips_weight * (lips.astype(np.float32) * np.float32(1.0 / 255.0))
         alpha = warped[..., 3].astype(np.float32) * np.float32(1.0 / 255.0) * keep
         region = frame[y1:y2, x1:x2]
+        if self.config.rim_guard is not None:
+            zone = apply_remap(self._pixels(source, "rim_zone", on_device), field_)
+            guard = rim_guard(
+                region, alpha, zone.astype(np.float32) * np.float32(1.0 / 255.0), self.config.rim_guard
+            )
+            alpha, keep = alpha * guard, keep * guard
         warped_at = time.perf_counter()
         patch = self.relight(patch, region, alpha, track)
         relit_at = time.perf_counter()
