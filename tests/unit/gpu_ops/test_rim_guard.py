@@ -73,6 +73,7 @@ def test_bad_input_is_refused() -> None:
         rim_guard(region, alpha, zone, (0.8, 0.5))
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not CUPY_OK, reason=CUPY_REASON)
 def test_the_device_guard_matches_the_host() -> None:
     import cupy
