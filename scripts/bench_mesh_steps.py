@@ -1,8 +1,9 @@
 """What the mesh engine's issue-12 steps cost: the same frames swapped with the steps on and off, in
 alternating rounds (this machine's speed drifts 15 % and more, so the two sides must take turns).
 
-Per frame: the multi-band blend with its band masks and the per-track smoothing, against the single
-feathered blend with no memory (MeshConfig(blend="feather", smoothing=None)). Per source: the skin mask
+Per frame: the multi-band blend with its band masks, the rim guard and the per-track smoothing, against
+the single feathered blend with no guard and no memory (MeshConfig(blend="feather", rim_guard=None,
+smoothing=None)). Per source: the skin mask
 and occluder fill (MeshSourceConfig.skin_mask). 640x480 panning frames of the bench's target photo, one
 face, ORT and OpenCV on this CPU; prints medians per round and the differences.
 
@@ -53,7 +54,7 @@ def main() -> int:
     faces = [analyse_image(detector, landmarker, frame)[:1] for frame in frames]
     photo = read_image_file(args.media_dir / SOURCE_PHOTO)
     default = MeshConfig()
-    configs = {"on": default, "off": dataclasses.replace(default, blend="feather", smoothing=None)}
+    configs = {"on": default, "off": dataclasses.replace(default, blend="feather", rim_guard=None, smoothing=None)}
     engines = {name: MeshEngine(detector, landmarker, config) for name, config in configs.items()}
     sources = {name: engine.prepare_source(photo) for name, engine in engines.items()}
     per_frame: dict[str, list[float]] = {name: [] for name in configs}

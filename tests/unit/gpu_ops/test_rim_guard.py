@@ -7,7 +7,7 @@ from numpy.typing import NDArray
 
 from gpu_ops.backend import cupy_available
 from gpu_ops.errors import InvalidFrameError
-from gpu_ops.rim_guard import SMOOTHING_SIGMA, rim_guard, smoothed_generic
+from gpu_ops.rim_guard import SMOOTHING_SIGMA, rim_guard, rim_guard_generic, smoothed_generic
 
 CUPY_OK, CUPY_REASON = cupy_available()
 HEIGHT, WIDTH = 120, 100
@@ -61,6 +61,18 @@ def test_the_device_blur_is_opencvs() -> None:
     plane = np.random.default_rng(0).uniform(0, 255, (37, 53)).astype(np.float32)
     expected = cv2.GaussianBlur(plane, (0, 0), SMOOTHING_SIGMA, borderType=cv2.BORDER_REFLECT_101)
     np.testing.assert_allclose(smoothed_generic(np, plane), expected, atol=1e-3)
+
+
+@pytest.mark.parametrize("size", [(120, 100), (9, 40), (5, 5)])
+def test_the_device_formula_is_the_host_path(size: tuple[int, int]) -> None:
+    """`rim_guard_generic` (what CuPy runs) against the OpenCV path, on NumPy, incl. boxes too small to blur."""
+    rng = np.random.default_rng(7)
+    region = rng.integers(0, 256, (*size, 3)).astype(np.uint8)
+    alpha = rng.uniform(0, 1, size).astype(np.float32)
+    zone = rng.uniform(0, 1, size).astype(np.float32)
+    np.testing.assert_allclose(
+        rim_guard_generic(region, alpha, zone, LIMITS), rim_guard(region, alpha, zone, LIMITS), atol=1e-4
+    )
 
 
 def test_bad_input_is_refused() -> None:
