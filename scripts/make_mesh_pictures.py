@@ -2,7 +2,8 @@
 
 Each picture is three panels around the target face: reference | fix off | fix on. "Off" is the same
 engine with one MeshConfig switch turned off (the cracks picture uses the classic triangle-by-triangle
-warp instead; the edge pictures the single feathered blend). Only public-domain media is used: NASA's
+warp instead; the edge pictures the single feathered blend; the rim guard picture the engine without
+the guard). Only public-domain media is used: NASA's
 astronaut portrait, the official Obama and Biden portraits and a frame of the White House Hamilton clip.
 
     python scripts/make_mesh_pictures.py --models-dir MODELS_DIR --media-dir PHOTOS_DIR
@@ -297,6 +298,18 @@ def main() -> int:
         [astronaut, pictures.swap(feather, obama, astronaut), pictures.swap(default, obama, astronaut)],
         zoom=1.6,
         focus=132,  # the cheek's edge beside the jaw
+    )
+    smiling, bearded = pictures.load("fr_biden2.jpg"), pictures.load("fr_alex_lacamoire1.jpg")
+    pictures.save(
+        "mesh_rim_guard.png",
+        smiling,
+        [
+            smiling,
+            pictures.swap(dataclasses.replace(default, rim_guard=None), bearded, smiling),
+            pictures.swap(default, bearded, smiling),
+        ],
+        zoom=1.6,
+        focus=365,  # the jaw beside the chin, where the fitted outline runs past the face
     )
     flat_forehead = source_off(forehead_drop=0.0, forehead_feather=default.source.edge_feather)
     pictures.save(
