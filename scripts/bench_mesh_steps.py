@@ -54,7 +54,10 @@ def main() -> int:
     faces = [analyse_image(detector, landmarker, frame)[:1] for frame in frames]
     photo = read_image_file(args.media_dir / SOURCE_PHOTO)
     default = MeshConfig()
-    configs = {"on": default, "off": dataclasses.replace(default, blend="feather", rim_guard=None, smoothing=None)}
+    configs = {
+        "on": default,
+        "off": dataclasses.replace(default, blend="feather", rim_guard=None, smoothing=None),
+    }
     engines = {name: MeshEngine(detector, landmarker, config) for name, config in configs.items()}
     sources = {name: engine.prepare_source(photo) for name, engine in engines.items()}
     per_frame: dict[str, list[float]] = {name: [] for name in configs}
