@@ -14,7 +14,7 @@ a highlight on a forehead is brighter than the face's mean and is skin. What is 
 own content, so nothing depends on the source: a beard, a shadow or hair of the source is judged
 elsewhere (mesh_skin.py).
 
-Two paths with one formula: `rim_guard_cpu` (OpenCV and in-place NumPy: about 0.5 ms on a 200 x 250
+Two paths with one formula: `rim_guard_cpu` (OpenCV and in-place NumPy: about 0.1 ms on a 200 x 250
 face box) and `rim_guard_generic` (array-module generic: elementwise steps, shifted sums for the blur
 and two reductions), which the device runs and the tests check against the CPU path on NumPy. On the
 device nothing crosses the bus: the mean stays a device scalar.

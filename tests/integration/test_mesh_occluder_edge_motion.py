@@ -193,11 +193,10 @@ def test_an_outline_past_the_face_keeps_the_dark_surroundings(engine: MeshEngine
         fitted[:, :2] = centre + (face.mesh[:, :2] - centre) * 1.08
         size = (target.shape[1], target.shape[0])
         drop = engine.config.source.forehead_drop
-        ring = (fill_polygons_cpu(size, [lowered_outline(fitted, drop)]) > 0) & ~(
-            fill_polygons_cpu(size, [lowered_outline(face.mesh, drop)]) > 0
-        )
+        true_face = fill_polygons_cpu(size, [lowered_outline(face.mesh, drop)]) > 0
+        ring = (fill_polygons_cpu(size, [lowered_outline(fitted, drop)]) > 0) & ~true_face
         luma = target.astype(np.float32) @ np.array([0.299, 0.587, 0.114], np.float32)
-        face_luma = float(luma[fill_polygons_cpu(size, [lowered_outline(face.mesh, drop)]) > 0].mean())
+        face_luma = float(luma[true_face].mean())
         dark, lit = ring & (luma < 0.5 * face_luma), ring & (luma > 0.8 * face_luma)
         assert dark.sum() > 300 and lit.sum() > 300
         change = {}
