@@ -26,7 +26,7 @@ RUN groupadd --system --gid 10001 livefuse \
     && mkdir -p /models /cache \
     && chown livefuse:livefuse /models /cache
 
-# the product only: .dockerignore lets through run_stream.py and the four packages
+# the product only: .dockerignore lets through run_stream.py, the four packages and bench/ (`bench --gpu` on a GPU node)
 COPY --chown=livefuse:livefuse . .
 
 USER 10001:10001

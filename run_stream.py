@@ -22,7 +22,7 @@ COMMANDS: dict[str, str] = {
     "camera": "streamer.outputs.camera",
     "swap": "streamer.outputs.file_swap",
     "models": "models.commands",
-    "bench": "streamer.bench.command",
+    "bench": "bench.command",
 }
 
 EXIT_ERROR = 1

@@ -207,7 +207,30 @@ RIGHT_EYEBROW = (46, 52, 53, 55, 63, 65, 66, 70, 105, 107)
 LEFT_EYEBROW = (276, 282, 283, 285, 293, 295, 296, 300, 334, 336)
 # the nose from the bridge between the eyes down to the nostrils (its convex hull covers it): the dark
 # nostrils and the shaded sides of the nose are its shape, not a shadow to remove
-NOSE = (168, 193, 417, 122, 351, 188, 412, 114, 343, 217, 437, 209, 429, 129, 358, 48, 278, 64, 294, 98, 327, 2)
+NOSE = (
+    168,
+    193,
+    417,
+    122,
+    351,
+    188,
+    412,
+    114,
+    343,
+    217,
+    437,
+    209,
+    429,
+    129,
+    358,
+    48,
+    278,
+    64,
+    294,
+    98,
+    327,
+    2,
+)
 
 
 NOSE_TIP = 1

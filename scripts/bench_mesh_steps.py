@@ -21,12 +21,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.clients.frames import SOURCE_PHOTO, TARGET_PHOTO, machine_description, panning_face_frames
 from models.detector import Detector
 from models.inference import InferenceConfig
 from models.landmarks import Landmarker
 from models.model_files import ModelStore
 from models.registry import get_spec
-from streamer.bench.frames import SOURCE_PHOTO, TARGET_PHOTO, machine_description, panning_face_frames
 from streamer.pipeline.face_tracker import analyse_image
 from streamer.pipeline.image_input import read_image_file
 from streamer.pipeline.swap_engines.base import StreamMemory, SwapOptions

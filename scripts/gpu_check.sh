@@ -30,7 +30,7 @@ if [ "${1:-}" = "--prepare" ]; then
   for name in det_yunet_n_dynamic.onnx lmk_mediapipe_facemesh_468.onnx; do
     cp "$SHARED/models/$name" "$SLIM/models/" || exit 1
   done
-  for name in fr_obama.jpg fr_biden2.jpg; do  # streamer/bench/frames.py TARGET_PHOTO, SOURCE_PHOTO
+  for name in fr_obama.jpg fr_biden2.jpg; do  # bench/clients/frames.py TARGET_PHOTO, SOURCE_PHOTO
     cp "$SHARED/media/$name" "$SLIM/media/" || exit 1
   done
   du -sh "$SLIM"

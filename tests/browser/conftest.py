@@ -20,8 +20,8 @@ from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.remote.webdriver import WebDriver
 
+from bench.clients.daemon_process import DaemonProcess
 from gpu_ops.errors import LivefuseError
-from streamer.bench.daemon_process import DaemonProcess
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")

@@ -14,8 +14,8 @@ import pytest
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
+from bench.clients.daemon_process import DaemonProcess, free_loopback_port
 from gpu_ops.errors import LivefuseError
-from streamer.bench.daemon_process import DaemonProcess, free_loopback_port
 from tests.browser.conftest import DAEMON_READY_TIMEOUT_S
 from tests.browser.test_page import SOURCE_PHOTO, _frames_decoded, _page_error, _poll, _script_errors
 from tests.loopback_ice import stun_server_thread

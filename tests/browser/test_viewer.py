@@ -16,8 +16,8 @@ import pytest
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
 
+from bench.clients.daemon_process import DaemonProcess
 from gpu_ops.errors import LivefuseError
-from streamer.bench.daemon_process import DaemonProcess
 from tests.browser.conftest import DAEMON_READY_TIMEOUT_S
 
 pytestmark = pytest.mark.browser

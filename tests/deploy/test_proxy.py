@@ -29,9 +29,9 @@ import numpy as np
 import pytest
 from aiortc import RTCConfiguration, RTCPeerConnection
 
-from streamer.bench.daemon_process import DaemonProcess, free_loopback_port
-from streamer.bench.peer_client import PeerClient
-from streamer.bench.whip_client import WhepViewer, WhipPublisher
+from bench.clients.daemon_process import DaemonProcess, free_loopback_port
+from bench.clients.peer_client import PeerClient
+from bench.clients.whip_client import WhepViewer, WhipPublisher
 from streamer.outputs.frame_stamp import STAMP_HEIGHT
 from streamer.transport.ice_addresses import restrict_ice_addresses
 from tests.conftest import REPO_ROOT

@@ -25,9 +25,9 @@ from aioice.ice import CandidatePair
 from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection
 from aiortc.rtcconfiguration import RTCIceTransportPolicy
 
-from streamer.bench.daemon_process import DaemonProcess
-from streamer.bench.peer_client import PeerClient
-from streamer.bench.whip_client import WhepViewer
+from bench.clients.daemon_process import DaemonProcess
+from bench.clients.peer_client import PeerClient
+from bench.clients.whip_client import WhepViewer
 from streamer.outputs.frame_stamp import STAMP_HEIGHT
 from tests.deploy.coturn import LOOPBACK_ALLOWED_PEER_IP, LOOPBACK_PEERS, running_coturn
 from tests.integration.daemon_harness import camera_frame

@@ -7,10 +7,10 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
+from bench.synthetic_swapper import build_synthetic_swapper
 from gpu_ops.backend import require_cupy
 from models.inference import InferenceConfig, create_session
 from models.registry import get_spec
-from streamer.bench.synthetic_swapper import build_synthetic_swapper
 
 pytestmark = pytest.mark.gpu
 

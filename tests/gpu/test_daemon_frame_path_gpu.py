@@ -8,8 +8,8 @@ import av
 import numpy as np
 import pytest
 
+from bench.clients.frames import SOURCE_PHOTO, TARGET_PHOTO, panning_face_frames
 from run_stream import build_parser
-from streamer.bench.frames import SOURCE_PHOTO, TARGET_PHOTO, panning_face_frames
 from streamer.pipeline.image_input import read_image_file
 from streamer.realtime.frame_conversion import (
     DeviceFrameConversion,

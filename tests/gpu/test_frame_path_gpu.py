@@ -5,9 +5,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from bench.gpu_bench import FramePath, load_swapper, synthetic_i420
+from bench.synthetic_swapper import build_synthetic_swapper
 from gpu_ops.colorspace import i420_to_rgb
-from streamer.bench.gpu_bench import FramePath, load_swapper, synthetic_i420
-from streamer.bench.synthetic_swapper import build_synthetic_swapper
 from streamer.pipeline.compute_backend import ComputeBackend
 from streamer.realtime.device_frames import CupyTransfers, DeviceFrames, I420Planes
 from tests.gpu.conftest import TransferSpy

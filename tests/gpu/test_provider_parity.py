@@ -8,10 +8,10 @@ import onnxruntime as ort
 import pytest
 from numpy.typing import NDArray
 
+from bench.synthetic_swapper import build_synthetic_swapper
 from models.inference import create_session
 from models.model_files import ModelStore
 from models.registry import get_spec
-from streamer.bench.synthetic_swapper import build_synthetic_swapper
 from streamer.pipeline.compute_backend import ComputeBackend
 from tests.synthetic_models import build_arcface, build_gfpgan, build_inswapper
 

@@ -12,7 +12,7 @@ import pytest
 from aiohttp import web
 from aiohttp.web_urldispatcher import StaticResource
 
-from streamer.bench.peer_client import PeerClient
+from bench.clients.peer_client import PeerClient
 from tests.certificates import write_self_signed
 from tests.fakes_pipeline import fake_binding
 from tests.integration.daemon_harness import LOOPBACK, camera_frame, serving_app

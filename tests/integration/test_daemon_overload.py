@@ -12,8 +12,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from bench.clients.peer_client import PeerClient
 from models.face import Frame
-from streamer.bench.peer_client import PeerClient
 from streamer.outputs.frame_stamp import read_stamp
 from tests.fakes_pipeline import FakeFrameJob, FakePipeline, fake_binding
 from tests.integration.daemon_harness import camera_frame, running_daemon

@@ -8,8 +8,8 @@ import aiohttp
 import numpy as np
 import pytest
 
+from bench.clients.peer_client import PeerClient
 from run_stream import build_parser
-from streamer.bench.peer_client import PeerClient
 from streamer.outputs.frame_stamp import STAMP_HEIGHT
 from tests.integration.daemon_harness import camera_frame, running_daemon
 from web.serve import load_pipeline_binding

@@ -11,7 +11,7 @@ from pathlib import Path
 import aiohttp
 import numpy as np
 
-from streamer.bench.peer_client import PeerClient
+from bench.clients.peer_client import PeerClient
 from streamer.outputs.frame_stamp import STAMP_HEIGHT
 from tests.integration.daemon_harness import camera_frame
 

@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 from aiortc.mediastreams import AudioStreamTrack
 
-from streamer.bench.peer_client import PeerClient
+from bench.clients.peer_client import PeerClient
 from streamer.outputs.frame_stamp import STAMP_HEIGHT
 from tests.fakes_pipeline import FakePipeline, face_box, fake_binding, source_colour
 from tests.integration.daemon_harness import camera_frame, decoded_photo, running_daemon

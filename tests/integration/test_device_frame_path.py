@@ -10,8 +10,8 @@ import av
 import numpy as np
 import pytest
 
+from bench.clients.peer_client import PeerClient
 from run_stream import build_parser
-from streamer.bench.peer_client import PeerClient
 from streamer.outputs.frame_stamp import STAMP_HEIGHT
 from streamer.realtime.device_frames import HostTransfers
 from streamer.realtime.frame_conversion import DeviceFrameConversion, HostFrameConversion

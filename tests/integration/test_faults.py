@@ -21,7 +21,7 @@ import pytest
 from aiortc import RTCConfiguration, RTCPeerConnection
 from aiortc.mediastreams import AudioStreamTrack
 
-from streamer.bench.peer_client import PeerClient
+from bench.clients.peer_client import PeerClient
 from streamer.realtime.batch_worker import (
     MAX_LANE_FAILURES,
     BatchWorker,
@@ -144,7 +144,7 @@ async def test_one_sessions_failing_pipeline_step_ends_only_that_session(media_d
 VANISHING_CLIENT = """
 import asyncio, sys
 import numpy as np
-from streamer.bench.peer_client import PeerClient
+from bench.clients.peer_client import PeerClient
 
 async def main(url: str) -> None:
     frame = np.random.default_rng(0).integers(0, 255, (480, 640, 3), dtype=np.uint8)

@@ -11,7 +11,7 @@ import aiohttp
 import cv2
 import numpy as np
 
-from streamer.bench.peer_client import PeerClient
+from bench.clients.peer_client import PeerClient
 from streamer.pipeline.frame_pipeline import SwapSettings, settings_with
 from streamer.realtime.pipeline_binding import PipelineBinding
 from tests.fakes_pipeline import FakeFrameJob, FakePipeline, face_box, source_colour

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import run_stream
-from streamer.bench.frames import SOURCE_PHOTO, TARGET_PHOTO, panning_face_frames
+from bench.clients.frames import SOURCE_PHOTO, TARGET_PHOTO, panning_face_frames
 from streamer.pipeline.frame_pipeline import FrameJob, FramePipeline, PipelineConfig, SwapSettings
 from streamer.pipeline.image_input import read_image_file
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from streamer.bench.soak_bench import SoakConfig, format_table, soak_in_process
+from bench.soak_bench import SoakConfig, format_table, soak_in_process
 from tests.fakes_pipeline import FakePipeline, fake_binding
 from tests.integration.daemon_harness import camera_frame
 

@@ -7,8 +7,8 @@ import aiohttp
 import numpy as np
 from aiortc import RTCConfiguration, RTCPeerConnection
 
-from streamer.bench.peer_client import PeerClient
-from streamer.bench.whip_client import WhepViewer, WhipPublisher
+from bench.clients.peer_client import PeerClient
+from bench.clients.whip_client import WhepViewer, WhipPublisher
 from tests.fakes_pipeline import face_box, fake_binding, source_colour
 from tests.integration.daemon_harness import camera_frame, decoded_photo, running_daemon
 from tests.integration.whip_harness import SOURCE, assert_nothing_left, config, wait_until_empty

@@ -11,8 +11,8 @@ import aiohttp
 import numpy as np
 import pytest
 
+from bench.clients.whip_client import WhepViewer, WhipPublisher
 from run_stream import build_parser
-from streamer.bench.whip_client import WhepViewer, WhipPublisher
 from tests.fakes_pipeline import face_box, fake_binding, source_colour
 from tests.integration.daemon_harness import camera_frame, decoded_photo, running_daemon
 from tests.integration.whip_harness import (

@@ -25,8 +25,8 @@ import av
 import cv2
 import numpy as np
 
+from bench.clients.frames import panning_face_frames
 from models.face import Frame
-from streamer.bench.frames import panning_face_frames
 from tests.certificates import write_self_signed
 
 logger = logging.getLogger(__name__)

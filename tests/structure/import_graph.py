@@ -8,6 +8,7 @@ from pathlib import Path
 from tests.conftest import REPO_ROOT
 
 PRODUCT_PACKAGES = ("gpu_ops", "models", "streamer", "web")
+PACKAGES = (*PRODUCT_PACKAGES, "bench")  # the benchmarks: the top floor, above the product
 Graph = Mapping[str, frozenset[str]]
 
 
@@ -19,9 +20,9 @@ def module_name(path: Path, root: Path) -> str:
 
 
 def project_modules(root: Path = REPO_ROOT) -> dict[str, Path]:
-    """Every module of the product packages plus run_stream, by dotted name."""
+    """Every module of the product packages, the benchmarks and run_stream, by dotted name."""
     modules = {"run_stream": root / "run_stream.py"}
-    for package in PRODUCT_PACKAGES:
+    for package in PACKAGES:
         for path in sorted((root / package).rglob("*.py")):
             modules[module_name(path, root)] = path
     return modules

@@ -1,5 +1,5 @@
 """The design's shape kept by the test run: no import circle between modules or rooms, arrows only downward
-(gpu_ops <- models <- streamer <- web), nothing in the product imports the benchmarks, every module opens
+(gpu_ops <- models <- streamer <- web <- bench), nothing in the product imports the benchmarks, every module opens
 with a line that says why it exists, and none grows past 400 lines without saying why."""
 
 import ast
@@ -11,35 +11,29 @@ from tests.structure.import_graph import collapse, cycles, import_graph, project
 MODULES = project_modules()
 GRAPH = import_graph(MODULES)
 MAX_LINES = 400
-# what each layer may import; the benchmarks (and run_stream, which dispatches to them) sit above it all
+# what each floor may import, bottom up: the product (gpu_ops < models < streamer < web), then the
+# benchmarks and their loopback clients above it, then run_stream, which dispatches to all of them
 ALLOWED: dict[str, tuple[str, ...]] = {
     "gpu_ops": ("gpu_ops",),
     "models": ("gpu_ops", "models"),
     "streamer": ("gpu_ops", "models", "streamer"),
     "web": ("gpu_ops", "models", "streamer", "web"),
+    "bench": ("gpu_ops", "models", "streamer", "web", "bench"),
+    "run_stream": ("gpu_ops", "models", "streamer", "web", "bench"),
 }
-BENCH = "streamer.bench"
 
 
 def _top(name: str) -> str:
     return name.split(".")[0]
 
 
-def _in_bench(name: str) -> bool:
-    return name == BENCH or name.startswith(BENCH + ".")
-
-
 def layer_violations(graph: dict[str, frozenset[str]]) -> list[str]:
-    """Every arrow that points up a layer, or from the product into the benchmarks."""
+    """Every arrow that points up a floor (the product importing the benchmarks is one of them)."""
     found = []
     for source, targets in sorted(graph.items()):
-        if source == "run_stream" or _in_bench(source):
-            continue
         for target in sorted(targets):
-            if _top(target) not in ALLOWED.get(_top(source), ()):
+            if _top(target) not in ALLOWED[_top(source)]:
                 found.append(f"{source} -> {target} (upward)")
-            elif _in_bench(target):
-                found.append(f"{source} -> {target} (the product imports a benchmark)")
     return found
 
 
@@ -52,7 +46,7 @@ def test_no_circle_between_rooms() -> None:
     assert cycles(collapse(GRAPH, 2)) == []
 
 
-def test_imports_point_down_the_layers_and_never_into_the_benchmarks() -> None:
+def test_imports_point_down_the_floors_and_never_into_the_benchmarks() -> None:
     assert layer_violations(GRAPH) == []
 
 
@@ -61,19 +55,38 @@ def test_the_checks_see_a_circle_and_an_upward_arrow() -> None:
     graph = {
         "models.detector": frozenset({"streamer.pipeline.face_tracker"}),
         "streamer.pipeline.face_tracker": frozenset({"models.detector"}),
-        "streamer.realtime.batch_worker": frozenset({"streamer.bench.gpu_bench"}),
-        "streamer.bench.gpu_bench": frozenset({"web.app"}),
+        "streamer.realtime.batch_worker": frozenset({"bench.gpu_bench"}),
+        "bench.gpu_bench": frozenset({"web.app"}),
     }
     assert cycles(graph) == [["models.detector", "streamer.pipeline.face_tracker"]]
     assert layer_violations(graph) == [
         "models.detector -> streamer.pipeline.face_tracker (upward)",
-        "streamer.realtime.batch_worker -> streamer.bench.gpu_bench (the product imports a benchmark)",
+        "streamer.realtime.batch_worker -> bench.gpu_bench (upward)",
     ]
+    assert client_violations({"bench.clients.peer_client": frozenset({"bench.live_bench"})}) == [
+        "bench.clients.peer_client -> bench.live_bench"
+    ]
+
+
+def client_violations(graph: dict[str, frozenset[str]]) -> list[str]:
+    """Arrows from the loopback clients into the benchmarks: tests import the clients, and must not pull
+    the benchmarks in with them."""
+    return [
+        f"{source} -> {target}"
+        for source, targets in sorted(graph.items())
+        if source.startswith("bench.clients")
+        for target in sorted(targets)
+        if _top(target) == "bench" and not target.startswith("bench.clients") and target != "bench"
+    ]
+
+
+def test_the_loopback_clients_import_no_benchmark() -> None:
+    assert client_violations(GRAPH) == []
 
 
 def test_the_graph_sees_imports_inside_functions_and_package_imports() -> None:
     assert "web.whip" in GRAPH["web.app"]  # `from web import ... whip`
-    assert "streamer.bench.live_bench" in GRAPH["streamer.bench.command"]  # imported inside run()
+    assert "bench.live_bench" in GRAPH["bench.command"]  # imported inside run()
 
 
 @pytest.mark.parametrize("name", sorted(MODULES))

@@ -2,7 +2,7 @@
 
 import pytest
 
-from streamer.bench.whip_client import strip_candidates
+from bench.clients.whip_client import strip_candidates
 from web.whip import WhipState, parse_sdp_offer, parse_trickle_fragment
 
 OFFER = (

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 import run_stream
+from bench.gpu_bench import FramePath, grid_triangles, synthetic_i420, time_buckets
+from bench.stream_capacity import max_streams_held
 from gpu_ops.colorspace import i420_to_rgb, rgb_to_i420
 from models.errors import GpuUnavailableError
-from streamer.bench.gpu_bench import FramePath, grid_triangles, synthetic_i420, time_buckets
-from streamer.bench.stream_capacity import max_streams_held
 from streamer.pipeline.compute_backend import choose_backend
 
 

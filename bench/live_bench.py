@@ -1,6 +1,6 @@
 """`run_stream.py bench --live`: glass-to-glass latency through the real daemon over loopback WebRTC.
 
-The daemon runs as a child process (DaemonProcess); streamer/bench/peer_client.py sends a moving face at the
+The daemon runs as a child process (DaemonProcess); bench/clients/peer_client.py sends a moving face at the
 requested size and 30 fps with a millisecond clock stamped into every frame and reads the stamp back
 from what returns, so latency = receive time - send time on one clock: encode, network, daemon
 (decode, newest-frame mailbox, swap, encode), network, decode. Two phases: passthrough (no source) and
@@ -28,19 +28,19 @@ from typing import Any
 
 import numpy as np
 
-from models.face import Frame
-from models.model_files import resolve_models_dir
-from streamer.bench.daemon_process import DaemonProcess
-from streamer.bench.frames import (
+from bench.clients.daemon_process import DaemonProcess
+from bench.clients.frames import (
     TARGET_PHOTO,
     machine_description,
     media_dir_from_args,
     panning_face_frames,
     source_upload,
 )
-from streamer.bench.peer_client import LiveResult, PeerClient
-from streamer.bench.process_cpu import cpu_seconds
-from streamer.bench.revision_checkout import revision_checkout
+from bench.clients.peer_client import LiveResult, PeerClient
+from bench.process_cpu import cpu_seconds
+from bench.revision_checkout import revision_checkout
+from models.face import Frame
+from models.model_files import resolve_models_dir
 from streamer.pipeline.image_input import read_image_file
 
 logger = logging.getLogger(__name__)

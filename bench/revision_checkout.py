@@ -9,8 +9,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from bench.clients.daemon_process import RUN_STREAM
 from gpu_ops.errors import InvalidInputError
-from streamer.bench.daemon_process import RUN_STREAM
 
 logger = logging.getLogger(__name__)
 

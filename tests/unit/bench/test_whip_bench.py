@@ -1,6 +1,6 @@
 """bench --whip's summary and table (the measurement itself runs in the browser-free integration path)."""
 
-from streamer.bench.whip_bench import format_whip_table, summarise_whip_phase
+from bench.whip_bench import format_whip_table, summarise_whip_phase
 
 
 def test_summary_percentiles_and_rate() -> None:

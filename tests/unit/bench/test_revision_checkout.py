@@ -4,8 +4,8 @@ import subprocess
 
 import pytest
 
+from bench.revision_checkout import CHECKOUT_ROOT, revision_checkout
 from gpu_ops.errors import InvalidInputError
-from streamer.bench.revision_checkout import CHECKOUT_ROOT, revision_checkout
 
 
 def _is_git_checkout() -> bool:

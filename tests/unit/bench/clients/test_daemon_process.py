@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from bench.clients import daemon_process
+from bench.clients.daemon_process import DaemonProcess
 from gpu_ops.errors import LivefuseError
-from streamer.bench import daemon_process
-from streamer.bench.daemon_process import DaemonProcess
 
 # Stand-ins get the same argv as run_stream.py: they read --port from it.
 _READY_SERVER = textwrap.dedent(

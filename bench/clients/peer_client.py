@@ -23,9 +23,9 @@ from aiortc import MediaStreamTrack, RTCConfiguration, RTCRtpSender, RTCSessionD
 from aiortc.mediastreams import MediaStreamError
 from av import VideoFrame
 
+from bench.clients.loopback_client import LoopbackClient
+from bench.clients.loopback_client import now_ms as clock_ms
 from models.face import Frame
-from streamer.bench.loopback_client import LoopbackClient
-from streamer.bench.loopback_client import now_ms as clock_ms
 from streamer.outputs.frame_stamp import STAMP_WIDTH, read_stamp, write_stamp
 from streamer.realtime.frame_conversion import Swscale
 

@@ -4,9 +4,9 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
+from bench.synthetic_swapper import build_synthetic_swapper
 from models.inference import check_contract
 from models.registry import get_spec
-from streamer.bench.synthetic_swapper import build_synthetic_swapper
 
 
 @pytest.fixture(scope="module")

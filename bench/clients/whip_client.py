@@ -16,9 +16,9 @@ from collections import deque
 from aiortc import RTCConfiguration, RTCRtpSender, RTCSessionDescription
 from aiortc.mediastreams import AudioStreamTrack
 
+from bench.clients.loopback_client import LoopbackClient
+from bench.clients.peer_client import FrameSource, StampedFrameTrack, StampMode
 from models.face import Frame
-from streamer.bench.loopback_client import LoopbackClient
-from streamer.bench.peer_client import FrameSource, StampedFrameTrack, StampMode
 from streamer.outputs.frame_stamp import STAMP_WIDTH, read_stamp
 from streamer.transport.codec_tuning import install_codec_tuning
 

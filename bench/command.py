@@ -14,15 +14,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from models.face import Frame
-from models.model_files import resolve_models_dir
-from streamer.bench.frames import (
+from bench.clients.frames import (
     SOURCE_PHOTO,
     TARGET_PHOTO,
     machine_description,
     media_dir_from_args,
     panning_face_frames,
 )
+from models.face import Frame
+from models.model_files import resolve_models_dir
 from streamer.outputs.file_swap import pipeline_config_from_args, settings_from_args
 from streamer.pipeline.frame_pipeline import FrameJob, FramePipeline
 from streamer.pipeline.image_input import read_image_file
@@ -127,19 +127,19 @@ def measure_batching(
 
 def run(args: argparse.Namespace) -> int:
     if args.live:
-        from streamer.bench.live_bench import run_live
+        from bench.live_bench import run_live
 
         return run_live(args)
     if getattr(args, "whip", False):
-        from streamer.bench.whip_bench import run_whip
+        from bench.whip_bench import run_whip
 
         return run_whip(args)
     if getattr(args, "gpu", False):
-        from streamer.bench.gpu_bench import run_gpu_bench
+        from bench.gpu_bench import run_gpu_bench
 
         return run_gpu_bench(args)
     if args.soak:
-        from streamer.bench.soak_bench import run_soak
+        from bench.soak_bench import run_soak
 
         return run_soak(args)
     media = media_dir_from_args(args)

@@ -2,8 +2,8 @@
 
 import pytest
 
+from bench.stream_capacity import max_streams_held, simulate_streams
 from gpu_ops.errors import InvalidInputError
-from streamer.bench.stream_capacity import max_streams_held, simulate_streams
 
 BUCKETS = (1, 2, 4, 8, 16)
 

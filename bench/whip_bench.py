@@ -1,7 +1,7 @@
 """`run_stream.py bench --whip`: WHIP publish -> swap -> WHEP receive latency through the real daemon on
 loopback.
 
-The daemon runs as a child process (DaemonProcess). An OBS-like aiortc publisher (streamer/bench/whip_client.py:
+The daemon runs as a child process (DaemonProcess). An OBS-like aiortc publisher (bench/clients/whip_client.py:
 H264 + Opus, offer without candidates) sends a panning face at the requested size and 30 fps with a
 millisecond clock stamped into every frame; a WHEP viewer of the same session reads the stamp back, so
 latency = receive time - publish time on one clock: H264 encode, network, daemon (decode, newest-frame
@@ -21,12 +21,12 @@ from typing import Any
 import aiohttp
 import numpy as np
 
-from models.face import Frame
-from streamer.bench.frames import (
+from bench.clients.frames import (
     machine_description,
 )
-from streamer.bench.live_bench import WARMUP_SECONDS, loopback_bench
-from streamer.bench.whip_client import WhepViewer, WhipPublisher
+from bench.clients.whip_client import WhepViewer, WhipPublisher
+from bench.live_bench import WARMUP_SECONDS, loopback_bench
+from models.face import Frame
 
 logger = logging.getLogger(__name__)
 

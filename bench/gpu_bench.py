@@ -6,7 +6,7 @@ For three workloads, one face per frame, frames arriving as padded I420 planes:
 - `mesh`: upload -> I420->RGB -> mesh warp of a source texture (remap field rasterised from ~800
   triangles on the frame's device, as the mesh engine does) -> shading match -> blend -> RGB->I420 ->
   download;
-- `daemon_mesh` (`streamer.bench.daemon_path_bench`, needs the models and the benches' photos): the worker's
+- `daemon_mesh` (`bench.daemon_path_bench`, needs the models and the benches' photos): the worker's
   own frame conversion and `FramePipeline.process_batch` with the real detector, face mesh and mesh engine.
 It reports per-stage ms (synchronised after each stage), single-stream added latency and fps at each
 size (no per-stage syncs), batch time per bucket and, replayed through the micro-batcher policy
@@ -30,6 +30,8 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 
+from bench.stream_capacity import max_streams_held
+from bench.synthetic_swapper import SyntheticSwapper, build_synthetic_swapper
 from gpu_ops.affine import estimate_similarity
 from gpu_ops.affine_crop import crop_faces
 from gpu_ops.backend import require_cupy
@@ -42,8 +44,6 @@ from gpu_ops.paste_back import paste_back
 from models.inference import create_session
 from models.registry import get_spec
 from models.swapper import Swapper, feathered_box_mask, postprocess_swapped
-from streamer.bench.stream_capacity import max_streams_held
-from streamer.bench.synthetic_swapper import SyntheticSwapper, build_synthetic_swapper
 from streamer.pipeline.compute_backend import BackendRequest, ComputeBackend, choose_backend
 from streamer.pipeline.stage_timer import StageClock, StageTimer
 from streamer.realtime.device_frames import CupyTransfers, DeviceFrames, HostTransfers, I420Planes, Transfers
@@ -304,10 +304,10 @@ def bench_workload(
 
 
 def bench_daemon_path(backend: ComputeBackend, plan: BenchPlan, args: argparse.Namespace) -> dict[str, Any]:
-    """The `daemon_mesh` workload (streamer.bench.daemon_path_bench): real models, the worker's conversions."""
+    """The `daemon_mesh` workload (bench.daemon_path_bench): real models, the worker's conversions."""
+    from bench.clients.frames import media_dir_from_args
+    from bench.daemon_path_bench import DaemonPath
     from models.model_files import resolve_models_dir
-    from streamer.bench.daemon_path_bench import DaemonPath
-    from streamer.bench.frames import media_dir_from_args
 
     result: dict[str, Any] = {"workload": "daemon_mesh"}
     try:

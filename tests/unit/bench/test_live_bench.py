@@ -5,9 +5,9 @@ import time
 
 import pytest
 
-from streamer.bench.live_bench import LiveRun, PhaseResult, _swap_summary, format_table, summarise_phase
-from streamer.bench.peer_client import LiveResult
-from streamer.bench.process_cpu import cpu_seconds
+from bench.clients.peer_client import LiveResult
+from bench.live_bench import LiveRun, PhaseResult, _swap_summary, format_table, summarise_phase
+from bench.process_cpu import cpu_seconds
 
 
 def _result(latencies: tuple[float, ...], sent: int, received: int, unreadable: int = 0) -> LiveResult:

@@ -14,7 +14,7 @@ from typing import Any
 
 from av import VideoFrame
 
-from streamer.bench.frames import SOURCE_PHOTO, TARGET_PHOTO, panning_face_frames
+from bench.clients.frames import SOURCE_PHOTO, TARGET_PHOTO, panning_face_frames
 from streamer.pipeline.compute_backend import ComputeBackend
 from streamer.pipeline.frame_pipeline import (
     FrameJob,

@@ -27,9 +27,9 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from bench.clients.daemon_process import free_loopback_port
+from bench.clients.peer_client import PeerClient, ReceivedFrame
 from models.face import Frame
-from streamer.bench.daemon_process import free_loopback_port
-from streamer.bench.peer_client import PeerClient, ReceivedFrame
 from streamer.realtime.pipeline_binding import PipelineBinding
 from web.app import create_app
 from web.app_keys import ENGINE_KEY
@@ -366,7 +366,7 @@ def format_table(result: SoakResult) -> str:
 
 def run_soak(args: argparse.Namespace) -> int:
     """`bench --soak`: the real pipeline, 4 seats, 10 minutes (or --seconds); 1 when a check fails."""
-    from streamer.bench.frames import SOURCE_PHOTO, TARGET_PHOTO, media_dir_from_args, panning_face_frames
+    from bench.clients.frames import SOURCE_PHOTO, TARGET_PHOTO, media_dir_from_args, panning_face_frames
     from streamer.pipeline.image_input import read_image_file
     from web.serve import load_pipeline_binding
 
