@@ -11,9 +11,15 @@ import logging
 import sys
 from collections.abc import Callable
 
-from streamer.realtime.micro_batcher import (
-    DEFAULT_MAX_WAIT_MS,  # stdlib-only module: cheap for every subcommand
+# both cheap (no aiortc, no onnxruntime): every subcommand's parser is built from them
+from streamer.pipeline.choices import (
+    BACKEND_REQUESTS,
+    ENGINE_CHOICES,
+    FACE_SELECTOR_MODES,
+    FRAME_PATH_CHOICES,
+    model_names,
 )
+from streamer.realtime.micro_batcher import DEFAULT_MAX_WAIT_MS
 
 # subcommand -> module whose `run(args) -> int` does the work (imported lazily: `models list` must not
 # pay for aiortc, and `swap` must not need a web stack)
@@ -33,9 +39,9 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--models-dir", help="directory with model files (else $LIVEFUSE_MODELS, else cache)")
     parser.add_argument(
         "--execution-provider",
-        choices=("cpu", "cuda", "tensorrt"),
-        default="cpu",
-        help="ONNX Runtime provider",
+        choices=BACKEND_REQUESTS,
+        default="auto",
+        help="ONNX Runtime provider (auto: CuPy + CUDA when both work, else the CPU; the log says why)",
     )
     parser.add_argument("--device-id", type=int, default=0, help="GPU index for cuda/tensorrt")
     parser.add_argument(
@@ -47,14 +53,10 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
 
 
 def add_swap_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--engine", choices=("auto", "mesh", "inswapper"), default="auto")
-    parser.add_argument(
-        "--swapper-model", choices=("inswapper_128", "inswapper_128_fp16"), default="inswapper_128"
-    )
-    parser.add_argument(
-        "--detector", default="yunet_n", help="detector model name (yunet_n, scrfd_500m, ...)"
-    )
-    parser.add_argument("--face-selector", choices=("many", "one", "reference"), default="many")
+    parser.add_argument("--engine", choices=ENGINE_CHOICES, default="auto")
+    parser.add_argument("--swapper-model", choices=model_names("swapper"), default="inswapper_128")
+    parser.add_argument("--detector", choices=model_names("detector"), default="yunet_n")
+    parser.add_argument("--face-selector", choices=FACE_SELECTOR_MODES, default="many")
     parser.add_argument("--reference-face", help="image of the face to swap (with --face-selector reference)")
     parser.add_argument(
         "--reference-distance", type=float, default=0.6, help="max dlib distance to the reference"
@@ -152,7 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--frame-path",
-        choices=("auto", "host", "device"),
+        choices=FRAME_PATH_CHOICES,
         default="auto",
         help="where frames are converted: auto = device (planes up once, down once) on the GPU backend, "
         "host (libswscale) on the CPU; device on a CPU runs the GPU path's NumPy mirrors",

@@ -21,11 +21,13 @@ from bench.clients.frames import (
     media_dir_from_args,
     panning_face_frames,
 )
+from gpu_ops.errors import InvalidInputError
 from models.face import Frame
 from models.model_files import resolve_models_dir
-from streamer.outputs.file_swap import pipeline_config_from_args, settings_from_args
-from streamer.pipeline.frame_pipeline import FrameJob, FramePipeline
+from streamer.pipeline.config_args import config_from_args
+from streamer.pipeline.frame_pipeline import Embedding, FrameJob, FramePipeline
 from streamer.pipeline.image_input import read_image_file
+from streamer.pipeline.pipeline_settings import PipelineConfig, SwapSettings
 from streamer.pipeline.stage_timer import StageTimer
 
 logger = logging.getLogger(__name__)
@@ -54,16 +56,25 @@ class TimedCalls:
             self._timer.record(self._stage, time.perf_counter() - started)
 
 
+def reference_from_args(pipeline: FramePipeline, args: argparse.Namespace) -> Embedding | None:
+    """`--reference-face`'s identity for `--face-selector reference` (the embedder's cost is then measured)."""
+    if getattr(args, "face_selector", "many") != "reference":
+        return None
+    if not getattr(args, "reference_face", None):
+        raise InvalidInputError("--face-selector reference needs --reference-face IMAGE")
+    return pipeline.reference_embedding(read_image_file(Path(args.reference_face)))
+
+
 def measure_pipeline(
     pipeline: FramePipeline, frames: list[Frame], source_photo: Frame, args: argparse.Namespace
 ) -> dict[str, Any]:
     timer = StageTimer()
     pipeline.detector = TimedCalls(pipeline.detector, "detect", timer, "detect")  # type: ignore[assignment]
     pipeline.landmarker = TimedCalls(pipeline.landmarker, "detect_batch", timer, "landmarks")  # type: ignore[assignment]
-    settings = settings_from_args(args)
+    settings = config_from_args(SwapSettings, args)
     source = pipeline.prepare_source(source_photo, settings)
     engine = pipeline.engine_for(settings)
-    stream = pipeline.new_stream()
+    stream = pipeline.new_stream(reference_embedding=reference_from_args(pipeline, args))
     for frame in frames[:10]:  # warm-up: ORT's first runs allocate
         pipeline.process(FrameJob(frame.copy(), stream, source, settings))
     timer.reset()
@@ -97,13 +108,14 @@ def measure_batching(
 ) -> dict[str, Any]:
     """Per-frame ms of `args.streams` streams through one `process_batch` per step vs one call per
     stream, alternating the two modes `args.rounds` times so a noisy machine hits both alike."""
-    settings = settings_from_args(args)
+    settings = config_from_args(SwapSettings, args)
     source = pipeline.prepare_source(source_photo, settings)
     count = args.streams
     per_mode: dict[str, list[float]] = {mode: [] for mode in BATCHING_MODES}
     for _ in range(args.rounds):
         for mode in BATCHING_MODES:
-            streams = [pipeline.new_stream() for _ in range(count)]
+            reference = reference_from_args(pipeline, args)
+            streams = [pipeline.new_stream(reference_embedding=reference) for _ in range(count)]
 
             def step(index: int, mode: str = mode, streams: list[Any] = streams) -> None:
                 jobs = [
@@ -143,7 +155,7 @@ def run(args: argparse.Namespace) -> int:
 
         return run_soak(args)
     media = media_dir_from_args(args)
-    pipeline = FramePipeline.load(resolve_models_dir(args.models_dir), pipeline_config_from_args(args))
+    pipeline = FramePipeline.load(resolve_models_dir(args.models_dir), config_from_args(PipelineConfig, args))
     frames = panning_face_frames(read_image_file(media / TARGET_PHOTO), args.width, args.height, args.frames)
     if args.streams > 1:
         return _report_batching(

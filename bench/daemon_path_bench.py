@@ -16,14 +16,9 @@ from av import VideoFrame
 
 from bench.clients.frames import SOURCE_PHOTO, TARGET_PHOTO, panning_face_frames
 from streamer.pipeline.compute_backend import ComputeBackend
-from streamer.pipeline.frame_pipeline import (
-    FrameJob,
-    FramePipeline,
-    PipelineConfig,
-    StreamState,
-    SwapSettings,
-)
+from streamer.pipeline.frame_pipeline import FrameJob, FramePipeline, StreamState
 from streamer.pipeline.image_input import read_image_file
+from streamer.pipeline.pipeline_settings import PipelineConfig, SwapSettings
 from streamer.pipeline.stage_timer import StageClock, StageTimer
 from streamer.realtime.frame_conversion import choose_frame_conversion
 
@@ -69,8 +64,8 @@ class DaemonPath:
             ]
             outputs = self.pipeline.process_batch(jobs)
             clock("pipeline")
-            converted = [
-                self.conversion.to_video_frame(str(index), output, frame)
+            converted = [  # untouched frames (None) go out as they came, as the worker sends them
+                frame if output is None else self.conversion.to_video_frame(str(index), output, frame)
                 for index, (output, frame) in enumerate(zip(outputs, inputs))
             ]
             clock("convert_out")

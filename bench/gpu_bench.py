@@ -44,7 +44,8 @@ from gpu_ops.paste_back import paste_back
 from models.inference import create_session
 from models.registry import get_spec
 from models.swapper import Swapper, feathered_box_mask, postprocess_swapped
-from streamer.pipeline.compute_backend import BackendRequest, ComputeBackend, choose_backend
+from streamer.pipeline.choices import BackendRequest
+from streamer.pipeline.compute_backend import ComputeBackend, choose_backend
 from streamer.pipeline.stage_timer import StageClock, StageTimer
 from streamer.realtime.device_frames import CupyTransfers, DeviceFrames, HostTransfers, I420Planes, Transfers
 from streamer.realtime.micro_batcher import BATCH_BUCKETS

@@ -223,12 +223,35 @@ async def measure_live(
     return passthrough + swapping
 
 
+# the bench's model and swap flags the daemon it starts gets too: (argparse dest, flag, its default)
+DAEMON_FLAGS: tuple[tuple[str, str, object], ...] = (
+    ("execution_provider", "--execution-provider", "auto"),
+    ("device_id", "--device-id", 0),
+    ("detector", "--detector", "yunet_n"),
+    ("swapper_model", "--swapper-model", "inswapper_128"),
+    ("intra_op_threads", "--intra-op-threads", 0),
+    ("engine", "--engine", "auto"),
+    ("face_selector", "--face-selector", "many"),
+    ("reference_face", "--reference-face", None),
+    ("reference_distance", "--reference-distance", 0.6),
+    ("enhancer", "--enhancer", False),
+    ("no_mouth_mask", "--no-mouth-mask", False),
+)
+
+
 def daemon_args(args: argparse.Namespace) -> tuple[str, ...]:
-    """The bench's model flags, passed on to the daemon it starts (`--live` and `--whip` alike)."""
-    return (
-        "--execution-provider", args.execution_provider, "--device-id", str(args.device_id),
-        "--detector", args.detector, "--swapper-model", args.swapper_model,
-    )  # fmt: skip
+    """The bench's model and swap flags, passed on to the daemon it starts (`--live` and `--whip`), each
+    only when it differs from its default: an older `--baseline` daemon may not know a newer flag."""
+    forwarded: list[str] = []
+    for dest, flag, default in DAEMON_FLAGS:
+        value = getattr(args, dest, default)
+        if value == default:
+            continue
+        if isinstance(value, bool):
+            forwarded.append(flag)
+        else:
+            forwarded += [flag, str(Path(str(value)).resolve()) if dest == "reference_face" else str(value)]
+    return tuple(forwarded)
 
 
 @dataclass(frozen=True)

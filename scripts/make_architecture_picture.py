@@ -48,7 +48,7 @@ FRAME_PATH: tuple[Stage, ...] = (
     Stage("label swapped video", "streamer.outputs.provenance:draw_label", "worker"),
     Stage("RGB -> I420", "streamer.realtime.frame_conversion:FrameConversion", "worker"),
     Stage(
-        "one slot to the encoder, newest wins", "streamer.realtime.swapped_track:SwappedTrack", "event loop"
+        "one slot to the encoder, newest wins", "streamer.realtime.outbound_track:OutboundTrack", "event loop"
     ),
     Stage("encode + RTP (x264/VP8 tuned)", "streamer.transport.codec_tuning:get_tuned_encoder", "aiortc"),
     Stage("WHEP viewers, viewer page", "streamer.realtime.session_outputs:SessionOutputs", "event loop"),

@@ -1,1 +1,1 @@
-"""The real-time engine and the face pipeline, in rooms: realtime, transport, pipeline, outputs, bench."""
+"""The real-time engine and the face pipeline, in rooms: realtime, transport, pipeline, outputs."""

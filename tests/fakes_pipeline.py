@@ -61,6 +61,10 @@ def face_box(frame: Frame) -> tuple[int, int, int, int]:
     return int(x1 * width), int(y1 * height), int(x2 * width), int(y2 * height)
 
 
+def fake_wants_swap(source: FakeSource | None, settings: FakeSwapSettings) -> bool:
+    return source is not None and settings.swap_enabled
+
+
 def update_fake_settings(settings: FakeSwapSettings, **changes: object) -> FakeSwapSettings:
     for key, value in changes.items():
         if key not in FakeSwapSettings.__dataclass_fields__:
@@ -99,18 +103,18 @@ class FakePipeline:
             raise NoFaceError("no face in the reference image (uniform picture)")
         stream.reference = None if image is None else source_colour(image)
 
-    def process_batch(self, jobs: Sequence[FakeFrameJob]) -> list[Frame]:
+    def process_batch(self, jobs: Sequence[FakeFrameJob]) -> list[Frame | None]:
         self._record_thread()
         self.batch_sizes.append(len(jobs))
         if self.delay_s:
             time.sleep(self.delay_s)
         if self.fail_batches:
             raise RuntimeError("fake pipeline failure")
-        outputs = []
+        outputs: list[Frame | None] = []
         for job in jobs:
             job.stream.frames += 1
-            if job.source is None or not job.settings.swap_enabled:
-                outputs.append(job.frame)
+            if job.source is None or not fake_wants_swap(job.source, job.settings):
+                outputs.append(None)  # untouched
                 continue
             output = job.frame.copy()
             x1, y1, x2, y2 = face_box(output)
@@ -128,4 +132,5 @@ def fake_binding(pipeline: FakePipeline | None = None) -> PipelineBinding:
         make_job=FakeFrameJob,
         default_settings=FakeSwapSettings(),
         update_settings=update_fake_settings,
+        wants_swap=fake_wants_swap,
     )

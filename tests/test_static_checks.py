@@ -7,7 +7,7 @@ import tempfile
 
 from tests.conftest import REPO_ROOT
 
-PACKAGES = ("gpu_ops", "models", "streamer", "web", "run_stream.py", "tests")
+PACKAGES = ("gpu_ops", "models", "streamer", "web", "bench", "run_stream.py", "tests")
 
 
 def _run(*command: str) -> subprocess.CompletedProcess[str]:

@@ -3,18 +3,22 @@ the engine in a cleanup_ctx, middlewares, every route module, and the static pag
 loop after the server is up; `/ready` turns true when they have.
 """
 
+import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 from aiohttp import web
 
 from streamer.realtime.metrics import DaemonMetrics
+from streamer.transport.process_patches import TransportPatches
 from web import ice_servers, observability, signaling, viewer, whep, whip
 from web.app_keys import CONFIG_KEY, ENGINE_KEY, METRICS_KEY
 from web.auth import access_middlewares
 from web.daemon_config import DaemonConfig
-from web.engine import DaemonEngine, LoadBinding, install_transport_fixes
+from web.engine import DaemonEngine, LoadBinding
 from web.limits import idle_reaper_context, json_errors, request_limits
+
+logger = logging.getLogger(__name__)
 
 
 def create_app(config: DaemonConfig, load_binding: LoadBinding) -> web.Application:
@@ -24,14 +28,21 @@ def create_app(config: DaemonConfig, load_binding: LoadBinding) -> web.Applicati
     app[METRICS_KEY] = DaemonMetrics()
 
     async def engine_context(app: web.Application) -> AsyncIterator[None]:
-        install_transport_fixes(config)
-        engine = DaemonEngine(config, app[METRICS_KEY], load_binding)
-        app[ENGINE_KEY] = engine
-        engine.start()
-        try:
-            yield
-        finally:
-            await engine.close()
+        # the aiortc latency fixes and ICE rules for the app's life, put back as they were afterwards
+        with TransportPatches(config.ice_addresses, config.ice_port_range, config.public_address):
+            logger.info(
+                "ICE servers: %s; Location headers: %s",
+                config.ice.describe(),
+                config.public_url or "relative paths (no --public-url)",
+                extra={"event": "ice_config"},
+            )
+            engine = DaemonEngine(config, app[METRICS_KEY], load_binding)
+            app[ENGINE_KEY] = engine
+            engine.start()
+            try:
+                yield
+            finally:
+                await engine.close()
 
     app.cleanup_ctx.append(engine_context)
     # hardening: CORS, token, audit (web/auth.py); JSON errors, body/SDP/rate limits, idle reaper (web/limits.py)

@@ -29,11 +29,11 @@ from gpu_ops.errors import InvalidInputError
 from streamer.outputs.provenance import audit_record, log_audit
 from web.app_keys import ENGINE_KEY
 from web.daemon_config import DaemonConfig
+from web.responses import error_response
 
 logger = logging.getLogger(__name__)
 
 
-TOKEN_ENV = "LIVEFUSE_TOKEN"
 TOKEN_ID_KEY = web.RequestKey("token_id", str)
 PUBLIC_GET_PATHS = frozenset({"/", "/health", "/ready"})  # probes and health checks send no token
 VIEWER_PAGE = re.compile(r"^/view/[^/]+$")  # the viewer's HTML only, never its API below it
@@ -93,9 +93,7 @@ def is_public(request: web.Request) -> bool:
 
 
 def _unauthorized(message: str) -> web.Response:
-    return web.json_response(
-        {"error": message}, status=401, headers={"WWW-Authenticate": 'Bearer realm="livefuse"'}
-    )
+    return error_response(401, message, **{"WWW-Authenticate": 'Bearer realm="livefuse"'})
 
 
 def auth_middleware(policy: AccessPolicy) -> Middleware:
@@ -141,7 +139,7 @@ def cors_middleware(policy: AccessPolicy) -> Middleware:
         is_preflight = request.method == "OPTIONS" and "Access-Control-Request-Method" in request.headers
         if origin not in allowed:
             if is_preflight:
-                return web.json_response({"error": f"origin {origin} is not allowed"}, status=403)
+                return error_response(403, f"origin {origin} is not allowed")
             return await handler(request)  # no CORS headers: the browser keeps the answer from the page
         if is_preflight:
             response: web.StreamResponse = web.Response(status=204)

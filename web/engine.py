@@ -10,10 +10,7 @@ from streamer.realtime.metrics import DaemonMetrics
 from streamer.realtime.peer_session import EndedCallback, PeerSession
 from streamer.realtime.pipeline_binding import PipelineBinding
 from streamer.realtime.session_registry import SessionRegistry
-from streamer.transport.codec_tuning import install_codec_tuning
-from streamer.transport.ice_addresses import restrict_ice_addresses
-from streamer.transport.ice_host_candidates import advertise_public_address, restrict_ice_ports
-from streamer.transport.jitter_marker import install_marker_release
+from streamer.realtime.swap_cadence import SwapCadence
 from web.daemon_config import DaemonConfig
 
 logger = logging.getLogger(__name__)
@@ -34,6 +31,8 @@ class DaemonEngine:
         self._load_binding = load_binding
         self.binding: PipelineBinding | None = None
         self.worker: BatchWorker | None = None
+        # which of the sessions' frames to swap while the worker cannot keep up: one for all sessions
+        self.cadence: SwapCadence | None = None
         self.registry: SessionRegistry | None = None
         self.loaded: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._loader: asyncio.Task[None] | None = None
@@ -86,12 +85,13 @@ class DaemonEngine:
             self.loaded.set_exception(error)
             return
         self.binding, self.worker = binding, worker
+        self.cadence = SwapCadence(worker.busy_seconds)
         self.registry = SessionRegistry(self.config.max_sessions, self._create_session, self.metrics)
         for key, value in description.items():
-            self.metrics.model_info.set(1, key=key, value=value)
+            self.metrics.model_info.labels(key=key, value=value).set(1)
         stage_histogram = self.metrics.stage_seconds
         for timer in getattr(binding.pipeline, "stage_timers", []):  # pipeline-internal stages
-            timer.add_listener(lambda stage, seconds: stage_histogram.observe(seconds, stage=stage))
+            timer.add_listener(lambda stage, seconds: stage_histogram.labels(stage=stage).observe(seconds))
         elapsed = loop.time() - started
         logger.info(
             "pipeline ready in %.1f s: %s",
@@ -109,12 +109,13 @@ class DaemonEngine:
             loop.call_soon_threadsafe(registry.report_ended, session_id, reason)
 
     def _create_session(self, session_id: str, on_ended: EndedCallback) -> PeerSession:
-        assert self.worker is not None and self.binding is not None
+        assert self.worker is not None and self.binding is not None and self.cadence is not None
         return PeerSession(
             session_id,
             self.worker,
             self.binding,
             self.metrics,
+            self.cadence,
             idle_timeout_s=self.config.idle_timeout_s,
             on_ended=on_ended,
             rtc_configuration=self.config.ice.rtc_configuration(session_id),
@@ -134,20 +135,3 @@ class DaemonEngine:
         if self.worker is not None:
             await self.worker.close()
         logger.info("engine closed", extra={"event": "shutdown"})
-
-
-def install_transport_fixes(config: DaemonConfig) -> None:
-    """The aiortc latency fixes and the ICE host candidate rules: addresses, port range, public address
-    (process-wide, idempotent; a range or address left unset restores aioice's own behaviour)."""
-    install_marker_release()
-    install_codec_tuning()
-    if config.ice_addresses:
-        restrict_ice_addresses(config.ice_addresses)
-    restrict_ice_ports(config.ice_port_range)
-    advertise_public_address(config.public_address)
-    logger.info(
-        "ICE servers: %s; Location headers: %s",
-        config.ice.describe(),
-        config.public_url or "relative paths (no --public-url)",
-        extra={"event": "ice_config"},
-    )

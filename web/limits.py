@@ -20,9 +20,10 @@ from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
 from gpu_ops.errors import InvalidInputError
-from streamer.realtime.idle_reaper import IdleReaper, WatchedSession
+from streamer.realtime.idle_reaper import FIRST_FRAME_TIMEOUT_S, IdleReaper, WatchedSession
 from web.app_keys import CONFIG_KEY, ENGINE_KEY
 from web.daemon_config import DaemonConfig
+from web.responses import SDP_CONTENT_TYPE, error_response
 
 logger = logging.getLogger(__name__)
 
@@ -32,8 +33,6 @@ MAX_SDP_LINES = 1000
 MAX_JSON_BYTES = 64 * 1024  # settings, latency samples, trickled candidates
 MULTIPART_OVERHEAD_BYTES = 64 * 1024
 MAX_TRACKED_CLIENTS = 10_000  # rate-limit buckets kept; full (idle) ones are forgotten first
-SDP_CONTENT_TYPE = "application/sdp"
-FIRST_FRAME_TIMEOUT_S = 15.0  # an answered offer that never sends video is reaped after this
 SESSION_CREATION = re.compile(r"^/(api/sessions|whip|whep)(/\{[^/]+\})?$")
 UNSAFE_NAME = re.compile(r"[/\\\x00-\x1f\x7f]|^\.\.?$|^\s*$")
 
@@ -81,10 +80,6 @@ class RateLimiter:
             return
         refill_s = self.burst / self.per_second
         self._buckets = {key: state for key, state in self._buckets.items() if now - state[1] < refill_s}
-
-
-def _json_error(status: int, message: str, **headers: str) -> web.Response:
-    return web.json_response({"error": message}, status=status, headers=headers or None)
 
 
 @dataclass(frozen=True)
@@ -135,11 +130,11 @@ def request_limits(config: DaemonConfig) -> Middleware:
         if kind.creates_session and limiter is not None:
             wait_s = limiter.acquire(request.remote or "unknown")
             if wait_s > 0:
-                return _json_error(
+                return error_response(
                     429, "too many new sessions from this address", **{"Retry-After": str(int(wait_s) + 1)}
                 )
         if request.content_length is not None and request.content_length > kind.cap_bytes:
-            return _json_error(413, f"request body is larger than {kind.cap_bytes} bytes")
+            return error_response(413, f"request body is larger than {kind.cap_bytes} bytes")
         if not request.body_exists or kind.cap_bytes > MAX_SDP_BYTES:
             return await handler(request)  # uploads stream through their own caps
         request = request.clone(client_max_size=kind.cap_bytes)
@@ -147,7 +142,7 @@ def request_limits(config: DaemonConfig) -> Middleware:
         try:
             body = await request.read()  # cached: the handler reads the same bytes again
         except web.HTTPRequestEntityTooLarge:
-            return _json_error(413, f"request body is larger than {kind.cap_bytes} bytes")
+            return error_response(413, f"request body is larger than {kind.cap_bytes} bytes")
         try:
             if request.content_type == SDP_CONTENT_TYPE:
                 check_sdp(body.decode("utf-8"))
@@ -156,9 +151,9 @@ def request_limits(config: DaemonConfig) -> Middleware:
                 if kind.creates_session and isinstance(parsed, dict) and isinstance(parsed.get("sdp"), str):
                     check_sdp(parsed["sdp"])
         except UnicodeDecodeError:
-            return _json_error(400, "the SDP is not UTF-8 text")
+            return error_response(400, "the SDP is not UTF-8 text")
         except ValueError as error:
-            return _json_error(400, str(error))
+            return error_response(400, str(error))
         return await handler(request)
 
     return limit
@@ -191,10 +186,10 @@ async def json_errors(request: web.Request, handler: Handler) -> web.StreamRespo
                 content_type="application/json",
                 headers=_kept_headers(error),
             )
-        return _json_error(error.status, _message_for(error, request), **_kept_headers(error))
+        return error_response(error.status, _message_for(error, request), **_kept_headers(error))
     except Exception:  # a bug in a handler: log it with the route, answer without details
         logger.exception("unhandled error in %s %s", request.method, request.path)
-        return _json_error(500, "internal error (logged)")
+        return error_response(500, "internal error (logged)")
     return response
 
 

@@ -17,7 +17,6 @@ import argparse
 import logging
 import os
 import urllib.parse
-from typing import Any
 
 from gpu_ops.errors import InvalidInputError
 from streamer.transport.ice_host_candidates import PortRange, check_public_address
@@ -73,14 +72,20 @@ def _turn_ttl(args: argparse.Namespace) -> int:
         raise InvalidInputError(f"--turn-ttl {text!r}: give whole seconds, e.g. 3600") from None
 
 
-def network_fields(args: argparse.Namespace) -> dict[str, Any]:
-    """DaemonConfig fields of the network flags; absent flags and variables keep the defaults."""
+def read_ice_servers(args: argparse.Namespace) -> IceServerPlan:
+    """DaemonConfig.ice: --ice-servers, --turn-secret and --turn-ttl (or their variables)."""
     urls = parse_ice_server_urls(_setting(args, "ice_servers", ICE_SERVERS_ENV) or "")
-    ice = IceServerPlan(urls, _setting(args, "turn_secret", TURN_SECRET_ENV), _turn_ttl(args))
-    port_range_text = _setting(args, "ice_port_range", ICE_PORT_RANGE_ENV)
-    port_range = PortRange.parse(port_range_text) if port_range_text is not None else None
+    return IceServerPlan(urls, _setting(args, "turn_secret", TURN_SECRET_ENV), _turn_ttl(args))
+
+
+def read_ice_port_range(args: argparse.Namespace) -> PortRange | None:
+    """DaemonConfig.ice_port_range; warns when it has fewer ports than --max-sessions needs."""
+    text = _setting(args, "ice_port_range", ICE_PORT_RANGE_ENV)
+    if text is None:
+        return None
+    port_range = PortRange.parse(text)
     max_sessions = getattr(args, "max_sessions", None)
-    if port_range is not None and max_sessions is not None and len(port_range) < max_sessions:
+    if max_sessions is not None and len(port_range) < max_sessions:
         logger.warning(
             "--ice-port-range %s has %d ports for --max-sessions %d: each call (and each WHEP viewer) "
             "takes one port per host address",
@@ -88,11 +93,14 @@ def network_fields(args: argparse.Namespace) -> dict[str, Any]:
             len(port_range),
             max_sessions,
         )
-    public_address = _setting(args, "public_address", PUBLIC_ADDRESS_ENV)
-    public_url = _setting(args, "public_url", PUBLIC_URL_ENV)
-    return {
-        "ice": ice,
-        "ice_port_range": port_range,
-        "public_address": check_public_address(public_address) if public_address is not None else None,
-        "public_url": check_public_url(public_url) if public_url is not None else None,
-    }
+    return port_range
+
+
+def read_public_address(args: argparse.Namespace) -> str | None:
+    text = _setting(args, "public_address", PUBLIC_ADDRESS_ENV)
+    return check_public_address(text) if text is not None else None
+
+
+def read_public_url(args: argparse.Namespace) -> str | None:
+    text = _setting(args, "public_url", PUBLIC_URL_ENV)
+    return check_public_url(text) if text is not None else None

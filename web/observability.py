@@ -2,13 +2,11 @@
 within milliseconds however busy the worker is. `/ready` says whether this daemon should get a NEW call:
 503 while the models load, while draining and at `--max-sessions`, so a proxy's health check or a
 Kubernetes readiness probe sends new calls elsewhere; both answer without the token (web/auth.py).
-`/metrics` needs it."""
+`/metrics` needs it, and answers in OpenMetrics when the scraper's Accept header asks for it."""
 
 from aiohttp import web
 
 from web.app_keys import ENGINE_KEY, METRICS_KEY
-
-PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 async def health(request: web.Request) -> web.Response:
@@ -28,8 +26,9 @@ async def metrics(request: web.Request) -> web.Response:
     engine = request.app.get(ENGINE_KEY)
     sessions = engine.registry if engine is not None else None
     daemon_metrics.active_sessions.set(len(sessions) if sessions is not None else 0)
-    response = web.Response(text=daemon_metrics.registry.render())
-    response.headers["Content-Type"] = PROMETHEUS_CONTENT_TYPE
+    body, content_type = daemon_metrics.render(request.headers.get("Accept"))
+    response = web.Response(body=body)
+    response.headers["Content-Type"] = content_type  # with its version and charset parameters as they are
     return response
 
 

@@ -6,65 +6,20 @@ closed, worker thread joined, nothing left running.
 import argparse
 import asyncio
 import logging
-import math
-import os
 import signal
 import ssl
-from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
 from gpu_ops.errors import InvalidInputError
-from streamer.realtime.micro_batcher import BatchPolicy
+from streamer.pipeline.config_args import config_from_args
 from streamer.realtime.pipeline_binding import PipelineBinding
 from web.app import create_app
 from web.app_keys import CONFIG_KEY, ENGINE_KEY
 from web.daemon_config import DaemonConfig
-from web.network_config import network_fields
 
 logger = logging.getLogger(__name__)
-
-
-def config_from_args(args: argparse.Namespace) -> DaemonConfig:
-    return DaemonConfig(
-        max_sessions=args.max_sessions,
-        ice_addresses=tuple(args.ice_address),
-        default_source=default_source_path(getattr(args, "source", None)),
-        batch_policy=batch_policy_from_args(args),
-        frame_path=getattr(args, "frame_path", "auto"),
-        **hardening_fields(args),
-        **network_fields(args),
-    )
-
-
-def batch_policy_from_args(args: argparse.Namespace) -> BatchPolicy:
-    """`--batch-wait-ms` checked before the server starts (a NaN deadline would never close a batch)."""
-    wait_ms = args.batch_wait_ms
-    if not math.isfinite(wait_ms) or wait_ms < 0:
-        raise InvalidInputError(f"--batch-wait-ms must be a number >= 0, got {wait_ms}")
-    return BatchPolicy(max_wait_ms=wait_ms)
-
-
-def hardening_fields(args: argparse.Namespace) -> dict[str, Any]:
-    """DaemonConfig fields of the hardening flags (docs/security.md); absent flags keep the defaults."""
-    from streamer.outputs.provenance import check_label
-    from web.auth import TOKEN_ENV
-
-    defaults = DaemonConfig()
-    label = getattr(args, "label", None)
-    upload_mb = getattr(args, "max_upload_mb", None)
-    megapixels = getattr(args, "max_upload_megapixels", None)
-    return {
-        "token": getattr(args, "token", None) or os.environ.get(TOKEN_ENV) or None,
-        "cors_origins": tuple(getattr(args, "cors_origin", None) or ()),
-        "idle_timeout_s": getattr(args, "idle_timeout", None) or defaults.idle_timeout_s,
-        "rate_limit_per_minute": getattr(args, "rate_limit", None) or defaults.rate_limit_per_minute,
-        "label": check_label(label) if label is not None else None,
-        "max_upload_bytes": round(upload_mb * 1024 * 1024) if upload_mb else defaults.max_upload_bytes,
-        "max_upload_pixels": round(megapixels * 1_000_000) if megapixels else defaults.max_upload_pixels,
-        "drain_timeout_s": getattr(args, "drain_timeout", None) or defaults.drain_timeout_s,
-    }
 
 
 def tls_from_args(args: argparse.Namespace) -> ssl.SSLContext | None:
@@ -78,44 +33,20 @@ def tls_from_args(args: argparse.Namespace) -> ssl.SSLContext | None:
     return tls_context(cert, key)
 
 
-def default_source_path(source: str | None) -> Path | None:
-    """`--source FACE.jpg` checked before the server starts: InvalidInputError when it is not a file."""
-    if source is None:
-        return None
-    path = Path(source)
-    if not path.is_file():
-        raise InvalidInputError(f"--source {source}: no such file")
-    return path
-
-
 def load_pipeline_binding(args: argparse.Namespace) -> PipelineBinding:
     """Load the real pipeline (blocking, seconds) and bind its job type and settings rules."""
     from models.model_files import resolve_models_dir
-    from streamer.pipeline.frame_pipeline import (
-        FrameJob,
-        FramePipeline,
-        PipelineConfig,
-        SwapSettings,
-        settings_with,
-    )
+    from streamer.pipeline.frame_pipeline import FrameJob, FramePipeline, wants_swap
+    from streamer.pipeline.pipeline_settings import PipelineConfig, SwapSettings, settings_with
 
-    config = PipelineConfig(
-        execution_provider=args.execution_provider,
-        device_id=args.device_id,
-        detector=args.detector,
-        engine=args.engine,
-        swapper_model=args.swapper_model,
-    )
-    pipeline = FramePipeline.load(resolve_models_dir(args.models_dir), config)
-    defaults = SwapSettings(
-        engine=args.engine,
-        face_selector=args.face_selector,
-        reference_distance=args.reference_distance,
-        enhancer=args.enhancer,
-        mouth_mask=not args.no_mouth_mask,
-    )
+    pipeline = FramePipeline.load(resolve_models_dir(args.models_dir), config_from_args(PipelineConfig, args))
+    defaults = config_from_args(SwapSettings, args)
     return PipelineBinding(
-        pipeline, make_job=FrameJob, default_settings=defaults, update_settings=settings_with
+        pipeline,
+        make_job=FrameJob,
+        default_settings=defaults,
+        update_settings=settings_with,
+        wants_swap=wants_swap,
     )
 
 
@@ -174,6 +105,6 @@ async def serve(
 
 def run(args: argparse.Namespace) -> int:
     ssl_context = tls_from_args(args)
-    app = create_app(config_from_args(args), lambda: load_pipeline_binding(args))
+    app = create_app(config_from_args(DaemonConfig, args), lambda: load_pipeline_binding(args))
     asyncio.run(serve(app, args.host, args.port, ssl_context))
     return 0

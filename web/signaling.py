@@ -13,7 +13,6 @@ from typing import Any
 
 from aiohttp import web
 from aiortc import RTCSessionDescription
-from aiortc.exceptions import InternalError, InvalidAccessError, InvalidStateError, OperationError
 
 from gpu_ops.errors import InvalidInputError
 from models.face import Frame
@@ -24,26 +23,12 @@ from streamer.realtime.session_registry import SessionLimitError, SessionRegistr
 from web.app_keys import CONFIG_KEY, ENGINE_KEY, METRICS_KEY
 from web.ice_servers import offer_answer_headers
 from web.limits import check_upload_name
+from web.responses import BAD_OFFER_ERRORS, RETRY_AFTER_S, SDP_CONTENT_TYPE, error_response
 
 logger = logging.getLogger(__name__)
 
-RETRY_AFTER_S = "5"
-SDP_CONTENT_TYPE = "application/sdp"
 IMAGE_CONTENT_TYPES = ("image/jpeg", "image/png", "image/webp")
 MAX_LATENCY_SAMPLES = 300
-_BAD_OFFER_ERRORS = (
-    ValueError,
-    KeyError,
-    InternalError,
-    InvalidAccessError,
-    InvalidStateError,
-    OperationError,
-)
-
-
-def error_response(status: int, message: str, **headers: str) -> web.Response:
-    """Every error of the daemon's routes is JSON `{"error": ...}`."""
-    return web.json_response({"error": message}, status=status, headers=headers or None)
 
 
 def ready_registry(app: web.Application) -> SessionRegistry | None:
@@ -88,7 +73,7 @@ async def create_session(request: web.Request) -> web.Response:
         session, answer = await registry.open(offer)
     except SessionLimitError as error:
         return error_response(503, str(error), **{"Retry-After": RETRY_AFTER_S})
-    except _BAD_OFFER_ERRORS as error:
+    except BAD_OFFER_ERRORS as error:
         return error_response(400, f"bad offer: {error}")
     headers = offer_answer_headers(
         request, f"/api/sessions/{session.session_id}", f"{session.session_id}-client"

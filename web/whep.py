@@ -20,16 +20,9 @@ from streamer.realtime.peer_session import PeerSession
 from streamer.realtime.session_outputs import ViewerLimitError
 from web.app_keys import CONFIG_KEY
 from web.ice_servers import offer_answer_headers
-from web.signaling import error_response, ready_registry
-from web.whip import (
-    BAD_OFFER_ERRORS,
-    LATEST_ALIAS,
-    RETRY_AFTER_S,
-    SDP_CONTENT_TYPE,
-    apply_trickle,
-    latest_whip_session,
-    parse_sdp_offer,
-)
+from web.responses import BAD_OFFER_ERRORS, RETRY_AFTER_S, SDP_CONTENT_TYPE, error_response
+from web.signaling import ready_registry
+from web.whip import LATEST_ALIAS, apply_trickle, latest_whip_session, parse_sdp_offer
 
 logger = logging.getLogger(__name__)
 

@@ -6,7 +6,8 @@ the stream, PATCH carries trickled ICE candidates.
 A WHIP stream is an ordinary session of the SessionRegistry (same worker, engine, limits, REST API under
 /api/sessions/{id}) whose peer only sends: the answer is recvonly, and the swapped video goes to the
 session's viewers (WHEP, the viewer page). When `serve --source FACE.jpg` was given, that face is set as
-the new session's source, so a publisher needs no REST call to be swapped.
+the new session's source, so a publisher needs no REST call to be swapped (and `--reference-face` its
+reference, for `--face-selector reference`).
 
 Trickle: PATCH `application/trickle-ice-sdpfrag` candidates are applied to the session's ICE agent
 (aioice uses remote candidates that arrive after the answer; `a=end-of-candidates` is passed on). The
@@ -22,7 +23,6 @@ from pathlib import Path
 
 from aiohttp import web
 from aiortc import RTCIceCandidate, RTCSessionDescription
-from aiortc.exceptions import InternalError, InvalidAccessError, InvalidStateError, OperationError
 from aiortc.sdp import SessionDescription, candidate_from_sdp
 
 from gpu_ops.errors import InvalidInputError
@@ -33,31 +33,22 @@ from streamer.realtime.peer_session import PeerSession
 from streamer.realtime.session_registry import SessionLimitError, SessionRegistry
 from web.app_keys import CONFIG_KEY
 from web.ice_servers import offer_answer_headers
-from web.signaling import error_response, ready_registry
+from web.responses import BAD_OFFER_ERRORS, RETRY_AFTER_S, SDP_CONTENT_TYPE, error_response
+from web.signaling import ready_registry
 
 logger = logging.getLogger(__name__)
 
-SDP_CONTENT_TYPE = "application/sdp"
 TRICKLE_CONTENT_TYPE = "application/trickle-ice-sdpfrag"
-RETRY_AFTER_S = "5"
 LATEST_ALIAS = "latest"  # /view/latest, /whep/latest: the newest live WHIP stream
-BAD_OFFER_ERRORS = (
-    ValueError,
-    KeyError,
-    IndexError,
-    InternalError,
-    InvalidAccessError,
-    InvalidStateError,
-    OperationError,
-)
 
 
 class WhipState:
-    """The ids of open WHIP sessions, newest last, and the decoded default source (read once)."""
+    """The ids of open WHIP sessions, newest last, and the decoded default source and reference (each
+    read once): kind ("source", "reference") -> (image, sha256)."""
 
     def __init__(self) -> None:
         self.session_ids: list[str] = []
-        self.default_source: tuple[Frame, str] | None = None
+        self.defaults: dict[str, tuple[Frame, str]] = {}
 
     def remember(self, session_id: str, registry: SessionRegistry) -> None:
         """Add `session_id`, forgetting the ids of sessions that have ended since."""
@@ -94,31 +85,37 @@ def parse_sdp_offer(sdp: str) -> RTCSessionDescription:
     return RTCSessionDescription(sdp=sdp, type="offer")
 
 
-def _read_default_source(path: Path, max_bytes: int) -> tuple[Frame, str]:
+def _read_default_image(path: Path, max_bytes: int) -> tuple[Frame, str]:
     data = path.read_bytes()
     return decode_image(data, max_bytes=max_bytes), hashlib.sha256(data).hexdigest()
 
 
-async def _apply_default_source(app: web.Application, session: PeerSession) -> None:
-    path = app[CONFIG_KEY].default_source
-    if path is None:
-        return
-    state = app[WHIP_STATE_KEY]
-    try:
-        if state.default_source is None:
-            max_bytes = app[CONFIG_KEY].max_upload_bytes
-            state.default_source = await asyncio.to_thread(_read_default_source, path, max_bytes)
-        image, sha256 = state.default_source
-        await session.set_source(image, sha256)
-    except (OSError, InvalidInputError, NoFaceError) as error:
-        # the stream still runs (passed through); the source can be set through the REST API
-        logger.warning(
-            "session %s: default source %s not used: %s",
-            session.session_id,
-            path,
-            error,
-            extra={"session_id": session.session_id, "event": "default_source_failed"},
-        )
+async def _apply_defaults(app: web.Application, session: PeerSession) -> None:
+    """`serve --source` and `--reference-face` on a new WHIP session (each read and decoded once)."""
+    config, state = app[CONFIG_KEY], app[WHIP_STATE_KEY]
+    for kind, path in (("source", config.default_source), ("reference", config.default_reference)):
+        if path is None:
+            continue
+        try:
+            if kind not in state.defaults:
+                state.defaults[kind] = await asyncio.to_thread(
+                    _read_default_image, path, config.max_upload_bytes
+                )
+            image, sha256 = state.defaults[kind]
+            if kind == "source":
+                await session.set_source(image, sha256)
+            else:
+                await session.set_reference(image, sha256)
+        except (OSError, InvalidInputError, NoFaceError) as error:
+            # the stream still runs (passed through); source and reference can be set through REST
+            logger.warning(
+                "session %s: default %s %s not used: %s",
+                session.session_id,
+                kind,
+                path,
+                error,
+                extra={"session_id": session.session_id, "event": f"default_{kind}_failed"},
+            )
 
 
 async def post_whip(request: web.Request) -> web.Response:
@@ -135,7 +132,7 @@ async def post_whip(request: web.Request) -> web.Response:
     except BAD_OFFER_ERRORS as error:
         return error_response(400, f"bad offer: {error}")
     request.app[WHIP_STATE_KEY].remember(session.session_id, registry)
-    await _apply_default_source(request.app, session)  # before the answer: no frame passes unswapped
+    await _apply_defaults(request.app, session)  # before the answer: no frame passes unswapped
     logger.info(
         "session %s: WHIP stream answered",
         session.session_id,

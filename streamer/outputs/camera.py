@@ -169,15 +169,16 @@ class CameraLoop:
 def _pipeline_process(args: argparse.Namespace) -> ProcessFrame:
     """Load the models and the source once; return the per-frame swap for the worker thread."""
     from models.model_files import resolve_models_dir
-    from streamer.outputs.file_swap import pipeline_config_from_args, settings_from_args
+    from streamer.pipeline.config_args import config_from_args
     from streamer.pipeline.frame_pipeline import FrameJob, FramePipeline
     from streamer.pipeline.image_input import read_image_file
+    from streamer.pipeline.pipeline_settings import PipelineConfig, SwapSettings
 
     if args.face_selector == "reference" and not args.reference_face:
         raise InvalidInputError("--face-selector reference needs --reference-face IMAGE")
     source_image = read_image_file(Path(args.source))
-    pipeline = FramePipeline.load(resolve_models_dir(args.models_dir), pipeline_config_from_args(args))
-    settings = settings_from_args(args)
+    pipeline = FramePipeline.load(resolve_models_dir(args.models_dir), config_from_args(PipelineConfig, args))
+    settings = config_from_args(SwapSettings, args)
     source = pipeline.prepare_source(source_image, settings)
     reference = None
     if settings.face_selector == "reference":

@@ -19,43 +19,15 @@ from gpu_ops.errors import InvalidInputError
 from models.downloader import ProgressBar
 from models.face import Frame
 from models.model_files import resolve_models_dir
-from streamer.pipeline.frame_pipeline import (
-    Embedding,
-    FrameJob,
-    FramePipeline,
-    PipelineConfig,
-    SourceIdentity,
-    StreamState,
-    SwapSettings,
-)
+from streamer.pipeline.config_args import config_from_args
+from streamer.pipeline.frame_pipeline import Embedding, FrameJob, FramePipeline, SourceIdentity, StreamState
 from streamer.pipeline.image_input import read_image_file, sniff_format
+from streamer.pipeline.pipeline_settings import PipelineConfig, SwapSettings
 
 logger = logging.getLogger(__name__)
 
 IMAGE_SUFFIXES = {".jpg": ".jpg", ".jpeg": ".jpg", ".png": ".png", ".webp": ".webp"}
 VIDEO_CODECS = {".mp4": "libx264", ".mkv": "libx264", ".mov": "libx264", ".webm": "libvpx"}
-
-
-def pipeline_config_from_args(args: argparse.Namespace, *, detect_every: int = 10) -> PipelineConfig:
-    return PipelineConfig(
-        execution_provider=args.execution_provider,
-        device_id=args.device_id,
-        detector=args.detector,
-        engine=args.engine,
-        swapper_model=args.swapper_model,
-        detect_every=detect_every,
-        intra_op_threads=getattr(args, "intra_op_threads", 0),
-    )
-
-
-def settings_from_args(args: argparse.Namespace) -> SwapSettings:
-    return SwapSettings(
-        engine=args.engine,
-        face_selector=args.face_selector,
-        reference_distance=args.reference_distance,
-        enhancer=args.enhancer,
-        mouth_mask=not args.no_mouth_mask,
-    )
 
 
 def is_image_file(path: Path) -> bool:
@@ -201,8 +173,8 @@ def run(args: argparse.Namespace) -> int:
     target_is_image = is_image_file(target)
     if not output.parent.exists():
         raise InvalidInputError(f"{output.parent}: output directory does not exist")
-    pipeline = FramePipeline.load(resolve_models_dir(args.models_dir), pipeline_config_from_args(args))
-    settings = settings_from_args(args)
+    pipeline = FramePipeline.load(resolve_models_dir(args.models_dir), config_from_args(PipelineConfig, args))
+    settings = config_from_args(SwapSettings, args)
     source = pipeline.prepare_source(source_image, settings)
     reference = None
     if settings.face_selector == "reference":

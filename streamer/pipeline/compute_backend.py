@@ -14,7 +14,7 @@ On the GPU path the engine's CUDA stream is created here and its handle is hande
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, get_args
+from typing import Any, Literal
 
 import numpy as np
 import onnxruntime as ort
@@ -23,11 +23,10 @@ from onnx import TensorProto, helper
 from gpu_ops.backend import cupy_available, require_cupy
 from models.errors import GpuUnavailableError
 from models.inference import ExecutionProvider, InferenceConfig, available_providers
+from streamer.pipeline.choices import BACKEND_REQUESTS, BackendRequest
 
 logger = logging.getLogger(__name__)
 
-BackendRequest = Literal["auto", "cpu", "cuda", "tensorrt"]
-BACKEND_REQUESTS: tuple[BackendRequest, ...] = get_args(BackendRequest)
 ArrayBackend = Literal["cupy", "numpy"]
 
 GPU_FIX = (
@@ -90,11 +89,6 @@ class ComputeBackend:
             "execution_provider": self.execution_provider,
             "backend_reason": self.reason,
         }
-
-    def publish(self, info_gauge: Any) -> None:
-        """Set `info_gauge{key=...,value=...} 1` for each described item (DaemonMetrics.model_info)."""
-        for key, value in self.describe().items():
-            info_gauge.set(1, key=key, value=value)
 
 
 def _probe_model() -> bytes:

@@ -7,18 +7,15 @@ with the reference embedding by euclidean distance and keeps those within `refer
 
 import logging
 from collections.abc import Sequence
-from typing import Literal, get_args
 
 import numpy as np
 from numpy.typing import NDArray
 
 from gpu_ops.errors import InvalidInputError
 from models.face import TrackedFace
+from streamer.pipeline.choices import FACE_SELECTOR_MODES, FaceSelectorMode
 
 logger = logging.getLogger(__name__)
-
-SelectionMode = Literal["many", "one", "reference"]
-SELECTION_MODES: tuple[SelectionMode, ...] = get_args(SelectionMode)
 
 
 def reference_distances(
@@ -31,7 +28,7 @@ def reference_distances(
 
 def select_faces(
     faces: Sequence[TrackedFace],
-    mode: SelectionMode,
+    mode: FaceSelectorMode,
     *,
     embeddings: NDArray[np.floating] | None = None,
     reference_embedding: NDArray[np.floating] | None = None,
@@ -45,7 +42,7 @@ def select_faces(
     if mode == "one":
         return [max(faces, key=lambda face: face.area)] if faces else []
     if mode != "reference":
-        raise InvalidInputError(f"face selector must be one of {list(SELECTION_MODES)}, got {mode!r}")
+        raise InvalidInputError(f"face selector must be one of {list(FACE_SELECTOR_MODES)}, got {mode!r}")
     if embeddings is None or reference_embedding is None:
         raise InvalidInputError(
             "face selector 'reference' needs the faces' embeddings and a reference embedding"

@@ -8,9 +8,8 @@ command and the benchmarks all call `process_batch`. Per-stream state (face trac
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, get_args
 
 import numpy as np
 from numpy.typing import NDArray
@@ -20,9 +19,11 @@ from models.embedder import Embedder, identity_distance
 from models.face import Frame, TrackedFace
 from models.landmarks import Landmarker
 from models.model_files import ModelStore, tensorrt_cache_dir
-from streamer.pipeline.compute_backend import BackendRequest, ComputeBackend, choose_backend
+from streamer.pipeline.choices import EngineChoice
+from streamer.pipeline.compute_backend import ComputeBackend, choose_backend
 from streamer.pipeline.face_selector import select_faces
 from streamer.pipeline.face_tracker import FaceTracker, analyse_image
+from streamer.pipeline.pipeline_settings import PipelineConfig, SwapSettings
 from streamer.pipeline.stage_timer import StageTimer
 from streamer.pipeline.swap_engines.base import (
     ENGINE_NAMES,
@@ -39,41 +40,9 @@ from streamer.pipeline.swap_engines.mesh import MeshEngine
 
 logger = logging.getLogger(__name__)
 
-EngineChoice = Literal["auto", "mesh", "inswapper"]
-FaceSelectorMode = Literal["many", "one", "reference"]
-ENGINE_CHOICES: tuple[EngineChoice, ...] = get_args(EngineChoice)
-FACE_SELECTOR_MODES: tuple[FaceSelectorMode, ...] = get_args(FaceSelectorMode)
 
 REFERENCE_EMBEDDER = "dlib_resnet_128"
 Embedding = NDArray[np.float32]
-
-
-@dataclass(frozen=True)
-class PipelineConfig:
-    """What to load. `engine` is the default for streams whose settings say "auto"."""
-
-    execution_provider: BackendRequest = "auto"
-    device_id: int = 0
-    detector: str = "yunet_n"
-    landmarker: str = "facemesh_468"
-    engine: EngineChoice = "auto"
-    swapper_model: str = "inswapper_128"
-    enhancer_model: str = "gfpgan_1.4"
-    detect_every: int = 10  # at most this many frames between detections (faces entering the picture)
-    detection_width: int = 320
-    intra_op_threads: int = 0
-
-
-@dataclass(frozen=True)
-class SwapSettings:
-    """Per-stream choices; a new value applies from the next frame."""
-
-    engine: EngineChoice = "auto"
-    face_selector: FaceSelectorMode = "many"
-    reference_distance: float = 0.6
-    enhancer: bool = False
-    swap_enabled: bool = True
-    mouth_mask: bool = True
 
 
 @dataclass(frozen=True)
@@ -102,7 +71,8 @@ class FrameJob:
 
 
 class FramePipeline:
-    """Owns the sessions and engines; see module docstring."""
+    """Owns the models and the swap engines (loaded once); the streams' state is each caller's
+    `StreamState`, so one pipeline serves every stream. See the module docstring."""
 
     def __init__(
         self,
@@ -220,20 +190,22 @@ class FramePipeline:
         )
         return StreamState(tracker=tracker, reference_embedding=reference_embedding)
 
-    def process_batch(self, jobs: Sequence[FrameJob]) -> list[Frame]:
-        """Swap every job's frame; a job without source or with swap off comes back as it went.
+    def process_batch(self, jobs: Sequence[FrameJob]) -> list[Frame | None]:
+        """Every job's swapped frame; None where the frame is left untouched (no face to swap, or a job
+        `wants_swap` declines: no source, swap off, or a source this engine refused).
 
         Faces are tracked per stream, then every engine runs once over all of its jobs' faces
         (`swap_batch` when the engine has it), so N streams cost one swapper call, not N.
         """
-        outputs: list[Frame] = [job.frame for job in jobs]
+        outputs: list[Frame | None] = [None] * len(jobs)
         pending: dict[EngineName, list[tuple[int, list[TrackedFace]]]] = {}
         started = time.perf_counter()
         swapping: list[tuple[int, EngineName]] = []
         for index, job in enumerate(jobs):
             job.stream.frames += 1
-            if job.source is None or not job.settings.swap_enabled:
+            if not wants_swap(job.source, job.settings):
                 continue
+            assert job.source is not None
             engine_name = self.engine_for(job.settings).name
             if engine_name in job.source.per_engine:  # else refused by this engine (logged when prepared)
                 swapping.append((index, engine_name))
@@ -259,7 +231,7 @@ class FramePipeline:
             for (index, _), frame in zip(items, swapped):
                 outputs[index] = frame
         finished = time.perf_counter()
-        if pending or any(job.source is not None and job.settings.swap_enabled for job in jobs):
+        if swapping:
             self.timer.record("track", tracked - started)
             self.timer.record("swap", finished - tracked)
             self.timer.record("total", finished - started)
@@ -310,8 +282,9 @@ class FramePipeline:
         return results
 
     def process(self, job: FrameJob) -> Frame:
-        """One frame of one stream (the file and camera front ends)."""
-        return self.process_batch([job])[0]
+        """One frame of one stream (the file and camera front ends): swapped, or the frame as it came."""
+        swapped = self.process_batch([job])[0]
+        return job.frame if swapped is None else swapped
 
     @staticmethod
     def _source_for(job: FrameJob, engine_name: EngineName) -> SourceFace:
@@ -364,34 +337,10 @@ def _default_engine(choice: EngineChoice, engines: dict[str, SwapEngine]) -> Eng
     return "inswapper" if "inswapper" in engines else "mesh"
 
 
-def settings_with(settings: SwapSettings, **changes: object) -> SwapSettings:
-    """A copy with validated changes; ValueError names the bad field (the REST layer maps it to 400)."""
-    allowed = {
-        "engine": ENGINE_CHOICES,
-        "face_selector": FACE_SELECTOR_MODES,
-    }
-    for key, value in changes.items():
-        if key not in SwapSettings.__dataclass_fields__:
-            raise ValueError(f"unknown setting {key!r}")
-        if key in allowed and value not in allowed[key]:
-            raise ValueError(f"{key} must be one of {list(allowed[key])}, got {value!r}")
-        if key in ("enhancer", "swap_enabled", "mouth_mask") and not isinstance(value, bool):
-            raise ValueError(f"{key} must be true or false, got {value!r}")
-        if key == "reference_distance" and (
-            isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 4
-        ):
-            raise ValueError(f"reference_distance must be a number in (0, 4), got {value!r}")
-    return replace(settings, **changes)  # type: ignore[arg-type]
+def wants_swap(source: SourceIdentity | None, settings: SwapSettings) -> bool:
+    """The one rule for whether a stream's frames go through the swap: a source is set and swap is on."""
+    return source is not None and settings.swap_enabled
 
 
-__all__ = [
-    "ENGINE_NAMES",
-    "FrameJob",
-    "FramePipeline",
-    "PipelineConfig",
-    "SourceIdentity",
-    "StreamState",
-    "SwapSettings",
-    "identity_distance",
-    "settings_with",
-]
+__all__ = ["ENGINE_NAMES", "FrameJob", "FramePipeline", "SourceIdentity", "StreamState", "identity_distance",
+           "wants_swap"]  # fmt: skip

@@ -31,11 +31,10 @@ from av import VideoFrame
 
 from streamer.outputs.provenance import check_label, draw_label
 from streamer.realtime.frame_conversion import FrameConversion, HostFrameConversion
-from streamer.realtime.mailbox import FrameMailbox
 from streamer.realtime.metrics import DaemonMetrics
 from streamer.realtime.micro_batcher import Batch, BatchPolicy, MicroBatcher
-from streamer.realtime.pipeline_binding import PipelineBinding, Settings, SourceHandle, StreamState
-from streamer.realtime.swap_cadence import SwapCadence
+from streamer.realtime.pipeline_binding import PipelineBinding
+from streamer.realtime.worker_lane import ConvertedFrame, InboundFrame, WorkerLane
 
 logger = logging.getLogger(__name__)
 
@@ -46,15 +45,20 @@ MAX_LANE_FAILURES = 15  # consecutive failed frames (half a second at 30 fps) be
 OUT_OF_MEMORY_MESSAGES = ("failed to allocate memory", "out of memory")
 
 
-@dataclass(frozen=True)
-class InboundFrame:
-    """A decoded frame as it left the reader, and when (time.monotonic) it arrived."""
+@dataclass
+class _BatchClock:
+    """perf_counter readings between the steps of one batch."""
 
-    video_frame: VideoFrame
-    received_at: float
+    started: float
+    converted: float = 0.0
+    processed: float = 0.0
+    finished: float = 0.0
+
+    @property
+    def processing_ms(self) -> float:
+        return (self.processed - self.started) * 1000.0
 
 
-Deliver = Callable[[InboundFrame, VideoFrame], None]  # called on the worker thread; must be thread-safe
 LaneFailed = Callable[[str, str], None]  # (session_id, reason), called on the worker thread
 
 
@@ -64,21 +68,6 @@ def is_out_of_memory(error: BaseException) -> bool:
         return True
     message = str(error).lower()
     return any(text in message for text in OUT_OF_MEMORY_MESSAGES)
-
-
-class WorkerLane:
-    """One session's seat at the worker. The loop replaces `source`/`settings` (atomic references)."""
-
-    def __init__(self, session_id: str, stream: StreamState, settings: Settings, deliver: Deliver) -> None:
-        self.session_id = session_id
-        self.stream = stream
-        self.settings = settings
-        self.source: SourceHandle | None = None
-        self.deliver = deliver
-        self.mailbox: FrameMailbox[InboundFrame] = FrameMailbox()
-        self.processing_ms: deque[float] = deque(maxlen=120)  # whole-batch time of this lane's frames
-        self.failures = 0  # consecutive frames that failed (worker thread only)
-        self.batcher_dropped = 0  # frames taken from the mailbox, then replaced in the batcher
 
 
 class BatchWorker:
@@ -117,8 +106,6 @@ class BatchWorker:
         self.error: BaseException | None = None
         self.batches = 0
         self._busy_s = 0.0  # time spent in batches, written by the worker thread only
-        # which of the sessions' frames to swap while this worker cannot keep up (event loop side)
-        self.cadence = SwapCadence(self.busy_seconds)
 
     def busy_seconds(self) -> float:
         """Total time the worker has spent running batches (any thread may read it; sessions sample it
@@ -174,7 +161,6 @@ class BatchWorker:
             self._lanes.pop(lane.session_id, None)
             self._batcher.detach(lane.session_id)
         lane.mailbox.clear()
-        self.cadence.forget(lane.session_id)
         self._forget.append(lane.session_id)  # its device buffers, once a batch holding its frame is done
         self._wake.set()
 
@@ -241,71 +227,87 @@ class BatchWorker:
                     continue
                 lane.batcher_dropped += 1
                 if self._metrics is not None:
-                    self._metrics.frames_dropped.inc(session_id=lane.session_id)
+                    self._metrics.frames_dropped.labels(session_id=lane.session_id).inc()
                     self._metrics.batcher_dropped.inc()
 
     def _observe_age(self, stage: str, item: InboundFrame) -> None:
         if self._metrics is not None:
-            self._metrics.frame_age_seconds.observe(time.monotonic() - item.received_at, stage=stage)
+            self._metrics.frame_age_seconds.labels(stage=stage).observe(time.monotonic() - item.received_at)
 
     def _run_batch(self, batch: Batch[tuple[WorkerLane, InboundFrame]]) -> None:
-        taken = list(batch.items)
-        for _, item in taken:
+        """Convert in, run the jobs, convert out and deliver, record: each a step below."""
+        clock = _BatchClock(time.perf_counter())
+        for _, item in batch.items:
             self._observe_age("batch", item)
-        started = time.perf_counter()
-        converted_in = self._convert_in(taken)
-        jobs = [
-            self._binding.make_job(frame=rgb, stream=lane.stream, source=lane.source, settings=lane.settings)
-            for lane, _, rgb in converted_in
-        ]
-        converted = time.perf_counter()
-        outputs = self._process(jobs, [lane for lane, _, _ in converted_in])
-        processed = time.perf_counter()
-        for (lane, item, rgb), output in zip(converted_in, outputs):
-            self._observe_age("swap", item)
-            if output is not None and self._label is not None:
-                output = output if getattr(output.flags, "writeable", True) else output.copy()
-                draw_label(output, self._label)  # after the swap: nothing the models do can hide it
-            if output is None or (output is rgb and self._label is None):
-                lane.deliver(item, item.video_frame)  # untouched: send the decoded frame as it came
-            else:
-                lane.deliver(item, self._convert_out(lane, item, output))
-            lane.processing_ms.append((processed - started) * 1000.0)
+        converted = self._convert_in(list(batch.items))
+        clock.converted = time.perf_counter()
+        outputs = self._run_jobs(converted)
+        clock.processed = time.perf_counter()
+        for frame, output in zip(converted, outputs):
+            self._observe_age("swap", frame.item)
+            frame.lane.deliver(frame.item, self._convert_out(frame, output))
+            frame.lane.processing_ms.append(clock.processing_ms)
         self.batches += 1
-        finished = time.perf_counter()
-        self._busy_s += finished - started
-        if self._metrics is not None:
-            self._metrics.stage_seconds.observe(converted - started, stage="convert_in")
-            self._metrics.stage_seconds.observe(processed - converted, stage="pipeline")
-            self._metrics.stage_seconds.observe(finished - processed, stage="convert_out")
-            self._metrics.batch_size.observe(len(taken))
-            self._metrics.batches.inc(reason=batch.reason)
-            for waited in batch.waited_s():
-                self._metrics.batch_wait_seconds.observe(waited)
+        clock.finished = time.perf_counter()
+        self._busy_s += clock.finished - clock.started
+        self._record_batch(batch, clock)
+
+    def _run_jobs(self, converted: list[ConvertedFrame]) -> list[Any | None]:
+        """One pipeline job per converted frame, run in as few calls as the policy allows."""
+        jobs = [
+            self._binding.make_job(
+                frame=frame.rgb,
+                stream=frame.lane.stream,
+                source=frame.lane.source,
+                settings=frame.lane.settings,
+            )
+            for frame in converted
+        ]
+        return self._process(jobs, [frame.lane for frame in converted])
+
+    def _record_batch(self, batch: Batch[tuple[WorkerLane, InboundFrame]], clock: "_BatchClock") -> None:
+        if self._metrics is None:
+            return
+        self._metrics.stage_seconds.labels(stage="convert_in").observe(clock.converted - clock.started)
+        self._metrics.stage_seconds.labels(stage="pipeline").observe(clock.processed - clock.converted)
+        self._metrics.stage_seconds.labels(stage="convert_out").observe(clock.finished - clock.processed)
+        self._metrics.batch_size.observe(len(batch.items))
+        self._metrics.batches.labels(reason=batch.reason).inc()
+        for waited in batch.waited_s():
+            self._metrics.batch_wait_seconds.observe(waited)
 
     @staticmethod
     def _publish_bus_copies(metrics: DaemonMetrics, direction: str, nbytes: int) -> None:
-        metrics.bus_copies.inc(direction=direction)
-        metrics.bus_bytes.inc(nbytes, direction=direction)
+        metrics.bus_copies.labels(direction=direction).inc()
+        metrics.bus_bytes.labels(direction=direction).inc(nbytes)
 
-    def _convert_in(
-        self, taken: list[tuple[WorkerLane, InboundFrame]]
-    ) -> list[tuple[WorkerLane, InboundFrame, Any]]:
+    def _convert_in(self, taken: list[tuple[WorkerLane, InboundFrame]]) -> list[ConvertedFrame]:
         converted = []
         for lane, item in taken:
             try:
-                converted.append((lane, item, self.conversion.to_pipeline(lane.session_id, item.video_frame)))
+                rgb = self.conversion.to_pipeline(lane.session_id, item.video_frame)
             except Exception as error:  # noqa: BLE001 - a mangled frame (ValueError, av.FFmpegError) or anything
                 # else one frame can raise: drop it, the session's next one may be fine; the others go on
                 self._count_lane_failure(lane, error)
+                continue
+            converted.append(ConvertedFrame(lane, item, rgb))
         return converted
 
-    def _convert_out(self, lane: WorkerLane, item: InboundFrame, output: Any) -> VideoFrame:
+    def _convert_out(self, frame: ConvertedFrame, output: Any | None) -> VideoFrame:
+        """The frame to send. Untouched (None: the pipeline did not swap it, or it failed) goes out as it
+        was decoded, unless the daemon labels its swapped streams: then this frame of a swapped stream is
+        labelled too. The label is drawn here, after everything the models did, so nothing hides it."""
+        if output is None and self._label is None:
+            return frame.item.video_frame
+        picture = frame.rgb if output is None else output
+        if self._label is not None:
+            picture = picture if getattr(picture.flags, "writeable", True) else picture.copy()
+            draw_label(picture, self._label)
         try:
-            return self.conversion.to_video_frame(lane.session_id, output, item.video_frame)
+            return self.conversion.to_video_frame(frame.lane.session_id, picture, frame.item.video_frame)
         except Exception as error:  # noqa: BLE001 - this session's frame goes out as it came in
-            self._count_lane_failure(lane, error)
-            return item.video_frame
+            self._count_lane_failure(frame.lane, error)
+            return frame.item.video_frame
 
     def _process(self, jobs: list[Any], lanes: list[WorkerLane]) -> list[Any | None]:
         """Each job's output, None where it failed (that frame passes through). Chunks of at most the

@@ -17,7 +17,7 @@ moved with one copy each way, counted too, so a strange stream costs speed, neve
 import contextlib
 import logging
 from contextlib import AbstractContextManager
-from typing import Any, Literal, Protocol, get_args
+from typing import Any, Protocol
 
 from av import VideoFrame
 from av.video.reformatter import VideoReformatter
@@ -25,6 +25,7 @@ from av.video.reformatter import VideoReformatter
 from gpu_ops.backend import to_host
 from gpu_ops.colorspace import Colorspace, i420_to_rgb, rgb_to_i420
 from gpu_ops.errors import InvalidFrameError, InvalidInputError
+from streamer.pipeline.choices import FRAME_PATH_CHOICES, FramePathChoice
 from streamer.pipeline.compute_backend import ComputeBackend
 from streamer.realtime.device_frames import (
     BusLedger,
@@ -38,8 +39,6 @@ from streamer.realtime.device_frames import (
 
 logger = logging.getLogger(__name__)
 
-FramePathChoice = Literal["auto", "host", "device"]
-FRAME_PATH_CHOICES: tuple[FramePathChoice, ...] = get_args(FramePathChoice)
 
 # av.VideoFrame.colorspace / color_range values (FFmpeg's AVColorSpace / AVColorRange)
 AV_COLORSPACE_BT709 = 1

@@ -14,7 +14,9 @@ from typing import Protocol
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_FIRST_FRAME_TIMEOUT_S = 15.0  # ICE + DTLS + the first keyframe, on a slow network
+# how long an answered call may take to send its first frame: ICE + DTLS + the first keyframe, on a
+# slow network (the session's own reader and the reaper both wait this long)
+FIRST_FRAME_TIMEOUT_S = 15.0
 
 
 class WatchedSession(Protocol):
@@ -42,7 +44,7 @@ class IdleReaper:
         end_session: EndSession,
         *,
         idle_timeout_s: float,
-        first_frame_timeout_s: float = DEFAULT_FIRST_FRAME_TIMEOUT_S,
+        first_frame_timeout_s: float = FIRST_FRAME_TIMEOUT_S,
         interval_s: float | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:

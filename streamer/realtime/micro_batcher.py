@@ -9,7 +9,8 @@ sessions wait than fit, the batch starts at a round-robin cursor, so no session 
 session is served within ceil(sessions / largest bucket) batches.
 
 No threads are started and no clock is read except through `clock`, so tests drive it step by step.
-`submit` may be called from decoder threads while the worker polls: one lock guards the state.
+The worker thread submits and polls; sessions attach and detach from the event loop: one lock guards
+the state.
 """
 
 import logging

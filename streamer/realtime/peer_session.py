@@ -22,17 +22,19 @@ from aiortc.mediastreams import MediaStreamError
 from av import VideoFrame
 
 from models.face import Frame
-from streamer.realtime.batch_worker import BatchWorker, InboundFrame, WorkerLane
+from streamer.realtime.batch_worker import BatchWorker
+from streamer.realtime.idle_reaper import FIRST_FRAME_TIMEOUT_S
 from streamer.realtime.metrics import DaemonMetrics
+from streamer.realtime.outbound_track import MediaFrame, OutboundTrack
 from streamer.realtime.pipeline_binding import PipelineBinding, Settings
 from streamer.realtime.session_outputs import SessionOutputs
-from streamer.realtime.swapped_track import SwappedTrack
+from streamer.realtime.swap_cadence import SwapCadence
+from streamer.realtime.worker_lane import InboundFrame, WorkerLane
 from streamer.transport.codec_tuning import prefer_codec
 
 logger = logging.getLogger(__name__)
 
 EndedCallback = Callable[[str, str], None]  # (session_id, reason)
-FIRST_FRAME_TIMEOUT_S = 15.0
 FPS_WINDOW_S = 2.0
 CLOSE_TIMEOUT_S = 5.0  # bound shutdown even if aiortc's close stalls
 
@@ -59,6 +61,7 @@ class PeerSession:
         worker: BatchWorker,
         binding: PipelineBinding,
         metrics: DaemonMetrics,
+        cadence: SwapCadence,
         *,
         idle_timeout_s: float = 5.0,
         on_ended: EndedCallback | None = None,
@@ -70,15 +73,16 @@ class PeerSession:
         self._worker = worker
         self._binding = binding
         self._metrics = metrics
+        self._cadence = cadence  # the daemon's one swap cadence, shared by every session (fairness)
         self._idle_timeout_s = idle_timeout_s
         self._on_ended = on_ended
         self._loop = asyncio.get_running_loop()
         self._pc: RTCPeerConnection | None = None
-        self._outbound = SwappedTrack(on_sent=self._on_sent)
+        self._outbound = OutboundTrack(on_sent=self._on_sent)
         self.outputs = SessionOutputs(session_id)  # WHEP viewers and the viewer page
         self._sends_video = True
         self._lane = WorkerLane(session_id, None, binding.default_settings, self._deliver_from_worker)
-        self.frames_shed = 0  # skipped by the worker's swap cadence (never sent unswapped)
+        self.frames_shed = 0  # skipped by the swap cadence (never sent unswapped)
         self._reader: asyncio.Task[None] | None = None
         self._closed: asyncio.Future[None] | None = None
         self._ended = False
@@ -177,12 +181,12 @@ class PeerSession:
                 self._count_in()
                 item = InboundFrame(frame, time.monotonic())
                 lane = self._lane
-                if lane.source is None or not getattr(lane.settings, "swap_enabled", True):
+                if not self._binding.wants_swap(lane.source, lane.settings):
                     self._push_out(item, frame)  # passthrough: no trip through the worker
                 elif not self._admit():
                     continue  # shed by the swap cadence: never sent unswapped
                 elif lane.mailbox.put(item):
-                    self._metrics.frames_dropped.inc(session_id=self.session_id)
+                    self._metrics.frames_dropped.labels(session_id=self.session_id).inc()
         except Exception:  # a reader bug ends this session only; logged with its id
             logger.exception("session %s: reader failed", self.session_id, extra=self._extra)
             self._end("reader failed")
@@ -190,10 +194,10 @@ class PeerSession:
     def _count_in(self) -> None:
         self.frames_in += 1
         self._in_stamps.append(time.monotonic())
-        self._metrics.frames_in.inc(session_id=self.session_id)
+        self._metrics.frames_in.labels(session_id=self.session_id).inc()
 
     def _admit(self) -> bool:
-        cadence = self._worker.cadence
+        cadence = self._cadence
         admitted = cadence.admit(self.session_id)
         self.frames_shed += not admitted
         self._metrics.swap_share.set(float(cadence.share))
@@ -206,7 +210,7 @@ class PeerSession:
             pass
 
     def _push_swapped(self, item: InboundFrame, output: VideoFrame) -> None:
-        self._worker.cadence.swapped()
+        self._cadence.swapped()
         self._push_out(item, output)
 
     def _push_out(self, item: InboundFrame, output: VideoFrame) -> None:
@@ -214,12 +218,12 @@ class PeerSession:
             return
         self.outputs.push_video(output)
         if self._sends_video and not self._outbound.push(output, item.received_at):
-            self._metrics.frames_dropped.inc(session_id=self.session_id)
+            self._metrics.frames_dropped.labels(session_id=self.session_id).inc()
 
-    def _on_sent(self, frame: VideoFrame, age_s: float) -> None:
+    def _on_sent(self, frame: MediaFrame, age_s: float) -> None:
         self._out_stamps.append(time.monotonic())
-        self._metrics.frames_out.inc(session_id=self.session_id)
-        self._metrics.frame_age_seconds.observe(age_s, stage="encoder")
+        self._metrics.frames_out.labels(session_id=self.session_id).inc()
+        self._metrics.frame_age_seconds.labels(stage="encoder").observe(age_s)
         self._metrics.server_latency_seconds.observe(age_s)
 
     async def set_source(self, image: Frame, sha256: str) -> SourceInfo:
@@ -272,7 +276,7 @@ class PeerSession:
             "has_source": self._lane.source is not None,
             "has_reference": self.reference_sha256 is not None,
             "connection_state": self._pc.connectionState if self._pc else "new",
-            "quality": {**self._worker.cadence.describe(), "frames_shed": self.frames_shed},
+            "quality": {**self._cadence.describe(), "frames_shed": self.frames_shed},
             "viewers": self.outputs.viewer_count,
         }
 
@@ -283,6 +287,7 @@ class PeerSession:
         self._closed = self._loop.create_future()
         try:
             self._worker.detach(self._lane)
+            self._cadence.forget(self.session_id)
             if self._reader is not None:
                 self._reader.cancel()
                 await asyncio.gather(self._reader, return_exceptions=True)

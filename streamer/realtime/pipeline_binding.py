@@ -1,8 +1,9 @@
 """What the daemon needs from a frame pipeline, as an explicit binding.
 
 The daemon (worker thread, sessions, REST) works with any pipeline that has the `FramePipeline` shape;
-`serve` binds the real one, tests bind a fake. The job type and the settings rules travel with the
-pipeline, so nothing in the daemon imports model code or branches on which pipeline runs.
+`serve` binds the real one, tests bind a fake. The job type, the settings rules and the one decision
+"does this stream's frame get swapped" (`wants_swap`) travel with the pipeline, so nothing in the daemon
+imports model code, reads fields of the opaque settings, or branches on which pipeline runs.
 """
 
 from collections.abc import Callable, Sequence
@@ -25,20 +26,27 @@ class SwapPipeline(Protocol):
 
     def set_reference(self, stream: StreamState, image: Frame | None) -> None: ...
 
-    def process_batch(self, jobs: Sequence[Any]) -> list[Frame]: ...
+    def process_batch(self, jobs: Sequence[Any]) -> list[Frame | None]:
+        """Each job's swapped frame, or None where the pipeline left the frame untouched (no face, or a
+        job it does not swap): the daemon then sends the decoded frame as it came."""
+        ...
 
     def describe(self) -> dict[str, str]: ...
 
 
 MakeJob = Callable[..., Any]  # keyword-only: frame, stream, source, settings -> FrameJob
 UpdateSettings = Callable[..., Settings]  # (settings, **changes) -> new settings; ValueError on bad input
+WantsSwap = Callable[[SourceHandle | None, Settings], bool]  # (source, settings): frames go to the worker
 
 
 @dataclass(frozen=True)
 class PipelineBinding:
-    """A loaded pipeline plus its job constructor, default settings and validated-update function."""
+    """A loaded pipeline plus its job constructor, default settings, validated-update function and the
+    rule for which frames it swaps (the session asks it before handing a frame to the worker; the pipeline
+    applies the same rule to every job)."""
 
     pipeline: SwapPipeline
     make_job: MakeJob
     default_settings: Settings
     update_settings: UpdateSettings
+    wants_swap: WantsSwap

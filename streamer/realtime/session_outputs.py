@@ -8,7 +8,7 @@ Why this shape:
 - aiortc gives each RTCRtpSender its own encoder and has no way to send one encoded stream to several
   peers (keyframe requests and bitrate estimates are per sender), so viewers share the decoded frames and
   the relay, not the encode.
-- The swapped video enters through a `SwappedTrack` (one slot, newest wins), so frames pushed while
+- The swapped video enters through a `OutboundTrack` (one slot, newest wins), so frames pushed while
   nobody watches cost nothing and never pile up.
 - aiortc's receive queues are unbounded: a received audio track that nobody reads grows forever (a WHIP
   session's peer never sends audio back). A drain task owned here reads it from the moment it arrives
@@ -28,7 +28,7 @@ from aiortc.mediastreams import MediaStreamError
 from av import VideoFrame
 
 from gpu_ops.errors import LivefuseError
-from streamer.realtime.swapped_track import SwappedTrack
+from streamer.realtime.outbound_track import OutboundTrack
 
 logger = logging.getLogger(__name__)
 
@@ -59,8 +59,8 @@ class SessionOutputs:
         self.session_id = session_id
         self.max_viewers = max_viewers
         self._relay = MediaRelay()
-        self._video = SwappedTrack()
-        self._audio: SwappedTrack | None = None
+        self._video = OutboundTrack()
+        self._audio: OutboundTrack | None = None
         self._audio_drain: asyncio.Task[None] | None = None
         self._viewers: dict[str, _Viewer] = {}
         self._closing: set[asyncio.Task[bool]] = set()
@@ -87,14 +87,13 @@ class SessionOutputs:
         """
         if self._closed or self._audio is not None:
             return track
-        self._audio = audio = SwappedTrack(slots=AUDIO_SLOTS)  # a short queue: every audio frame is sound
-        audio.kind = "audio"
+        self._audio = audio = OutboundTrack(slots=AUDIO_SLOTS, kind="audio")  # every audio frame is sound
         self._audio_drain = asyncio.create_task(
             self._drain(track, audio), name=f"audio-drain-{self.session_id}"
         )
         return self._relay.subscribe(audio, buffered=True)
 
-    async def _drain(self, received: MediaStreamTrack, audio: SwappedTrack) -> None:
+    async def _drain(self, received: MediaStreamTrack, audio: OutboundTrack) -> None:
         try:
             while True:
                 frame = await received.recv()

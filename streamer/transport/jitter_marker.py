@@ -17,7 +17,7 @@ logger = logging.getLogger(__name__)
 RemoveFrame = Callable[[JitterBuffer, int], JitterFrame | None]
 
 _ORIGINAL_REMOVE_FRAME: RemoveFrame = JitterBuffer._remove_frame
-_PATCH_FLAG = "_livefuse_marker_release"
+PATCH_FLAG = "_livefuse_marker_release"
 
 
 def remove_frame_on_marker(buffer: JitterBuffer, sequence_number: int) -> JitterFrame | None:
@@ -41,12 +41,12 @@ def remove_frame_on_marker(buffer: JitterBuffer, sequence_number: int) -> Jitter
 
 def install_marker_release() -> None:
     """Patch aiortc's JitterBuffer (idempotent; call at app start and in test clients)."""
-    if getattr(JitterBuffer, _PATCH_FLAG, False):
+    if getattr(JitterBuffer, PATCH_FLAG, False):
         return
     JitterBuffer._remove_frame = remove_frame_on_marker  # type: ignore[method-assign,assignment]
-    setattr(JitterBuffer, _PATCH_FLAG, True)
+    setattr(JitterBuffer, PATCH_FLAG, True)
     logger.info("aiortc jitter buffer: video frames released on the RTP marker bit")
 
 
 def is_marker_release_installed() -> bool:
-    return bool(getattr(JitterBuffer, _PATCH_FLAG, False))
+    return bool(getattr(JitterBuffer, PATCH_FLAG, False))

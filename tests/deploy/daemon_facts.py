@@ -2,7 +2,8 @@
 (their modules are being moved into sub-packages: the source text is searched wherever it lives).
 
 - routes: `router.add_get("/path", ...)` calls in web/**.py
-- metrics: `registry.gauge("livefuse_...")` (and counter/histogram) calls in streamer/**.py
+- metrics: `Gauge("livefuse_...")` (and Counter/Histogram) constructions in streamer/**.py, by their
+  exposed names (a counter's ends in _total)
 - CLI: `python run_stream.py serve --help` in a subprocess (flags and their choices)
 - environment: the LIVEFUSE_* names the product's source reads
 """
@@ -33,7 +34,7 @@ NETWORK_ENVIRONMENT = frozenset(
 )
 
 ROUTE_CALL = re.compile(r"\badd_(get|post|put|patch|delete)\(\s*[\"'](/[^\"']*)[\"']")
-METRIC_CALL = re.compile(r"\.(gauge|counter|histogram)\(\s*[\"'](livefuse_[a-z0-9_]+)[\"']")
+METRIC_CALL = re.compile(r"\b(Gauge|Counter|Histogram)\(\s*[\"'](livefuse_[a-z0-9_]+)[\"']")
 PUBLIC_PATHS = re.compile(r"PUBLIC_GET_PATHS\s*=\s*frozenset\(\s*\{([^}]*)\}\s*\)")
 FLAG = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]*)")
 FLAG_CHOICES = re.compile(r"(--[a-z][a-z0-9-]*) \{([^}]+)\}")
@@ -61,7 +62,8 @@ def exported_metrics() -> dict[str, str]:
     metrics: dict[str, str] = {}
     for path in product_sources("streamer") + product_sources("web"):
         for kind, name in METRIC_CALL.findall(path.read_text(encoding="utf-8")):
-            metrics[name] = kind
+            # prometheus_client exposes a counter as NAME_total
+            metrics[f"{name}_total" if kind == "Counter" else name] = kind.lower()
     return metrics
 
 

@@ -16,9 +16,10 @@ from aiohttp import web
 from av import VideoFrame
 
 from models.face import Frame
-from streamer.realtime.batch_worker import BatchWorker, InboundFrame, WorkerLane
+from streamer.realtime.batch_worker import BatchWorker
 from streamer.realtime.frame_conversion import FrameConversion
 from streamer.realtime.pipeline_binding import PipelineBinding
+from streamer.realtime.worker_lane import InboundFrame, WorkerLane
 from web.app import create_app
 from web.app_keys import ENGINE_KEY
 from web.daemon_config import DaemonConfig

@@ -13,13 +13,13 @@ from aiohttp import web
 from aiohttp.web_urldispatcher import StaticResource
 
 from bench.clients.peer_client import PeerClient
+from streamer.pipeline.config_args import config_from_args
 from tests.certificates import write_self_signed
 from tests.fakes_pipeline import fake_binding
 from tests.integration.daemon_harness import LOOPBACK, camera_frame, serving_app
 from web.app import create_app
 from web.auth import tls_context
 from web.daemon_config import DaemonConfig
-from web.serve import hardening_fields
 
 TOKEN = "correct-horse-battery-staple"
 PUBLIC = {("GET", "/"), ("GET", "/health"), ("GET", "/ready"), ("GET", "/view/x"), ("GET", "/static/app.js")}
@@ -104,9 +104,10 @@ async def test_https_with_a_self_signed_certificate(tmp_path: Path) -> None:
 
 def test_token_comes_from_the_flag_else_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LIVEFUSE_TOKEN", "from-the-environment")
-    assert hardening_fields(argparse.Namespace())["token"] == "from-the-environment"
-    assert hardening_fields(argparse.Namespace(token="from-the-flag-1"))["token"] == "from-the-flag-1"
+    assert config_from_args(DaemonConfig, argparse.Namespace()).token == "from-the-environment"
+    flagged = config_from_args(DaemonConfig, argparse.Namespace(token="from-the-flag-1"))
+    assert flagged.token == "from-the-flag-1"
     monkeypatch.delenv("LIVEFUSE_TOKEN")
-    fields = hardening_fields(argparse.Namespace(cors_origin=["https://a.example"], label="AI"))
-    assert fields["token"] is None and fields["cors_origins"] == ("https://a.example",)
-    assert fields["label"] == "AI"
+    config = config_from_args(DaemonConfig, argparse.Namespace(cors_origin=["https://a.example"], label="AI"))
+    assert config.token is None and config.cors_origins == ("https://a.example",)
+    assert config.label == "AI"

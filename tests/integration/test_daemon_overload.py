@@ -78,7 +78,7 @@ class StampRecordingPipeline(FakePipeline):
         self.lag_frames: list[int] = []  # newest sent - processed, per swapped frame
         self.processed: set[int] = set()
 
-    def process_batch(self, jobs: Sequence[FakeFrameJob]) -> list[Frame]:
+    def process_batch(self, jobs: Sequence[FakeFrameJob]) -> list[Frame | None]:
         for job in jobs:
             stamp = read_stamp(job.frame)
             if job.source is not None and stamp is not None and self.client is not None:

@@ -22,16 +22,11 @@ from aiortc import RTCConfiguration, RTCPeerConnection
 from aiortc.mediastreams import AudioStreamTrack
 
 from bench.clients.peer_client import PeerClient
-from streamer.realtime.batch_worker import (
-    MAX_LANE_FAILURES,
-    BatchWorker,
-    InboundFrame,
-    WorkerLane,
-    is_out_of_memory,
-)
+from streamer.realtime.batch_worker import MAX_LANE_FAILURES, BatchWorker, is_out_of_memory
 from streamer.realtime.micro_batcher import BatchPolicy
 from streamer.realtime.peer_session import PeerSession
 from streamer.realtime.session_registry import SessionRegistry
+from streamer.realtime.worker_lane import InboundFrame, WorkerLane
 from tests.fakes_pipeline import (
     FakeFrameJob,
     FakePipeline,
@@ -66,7 +61,7 @@ class PoisonedPipeline(FakePipeline):
 
     poison: tuple[int, int, int] | None = None
 
-    def process_batch(self, jobs: Sequence[FakeFrameJob]) -> list[np.ndarray]:
+    def process_batch(self, jobs: Sequence[FakeFrameJob]) -> list[np.ndarray | None]:
         if any(job.source is not None and job.source.colour == self.poison for job in jobs):
             raise RuntimeError("pipeline step failed on this face")
         return super().process_batch(jobs)
@@ -257,7 +252,7 @@ class SmallMemoryPipeline(FakePipeline):
 
     fits: int = 2
 
-    def process_batch(self, jobs: Sequence[FakeFrameJob]) -> list[np.ndarray]:
+    def process_batch(self, jobs: Sequence[FakeFrameJob]) -> list[np.ndarray | None]:
         if len(jobs) > self.fits:
             self.batch_sizes.append(len(jobs))
             raise RuntimeError(

@@ -12,7 +12,8 @@ import cv2
 import numpy as np
 
 from bench.clients.peer_client import PeerClient
-from streamer.pipeline.frame_pipeline import SwapSettings, settings_with
+from streamer.pipeline.frame_pipeline import wants_swap
+from streamer.pipeline.pipeline_settings import SwapSettings, settings_with
 from streamer.realtime.pipeline_binding import PipelineBinding
 from tests.fakes_pipeline import FakeFrameJob, FakePipeline, face_box, source_colour
 from tests.integration.daemon_harness import LOOPBACK, camera_frame, decoded_photo, running_daemon
@@ -28,6 +29,7 @@ def _binding() -> PipelineBinding:
         make_job=FakeFrameJob,
         default_settings=SwapSettings(),
         update_settings=settings_with,
+        wants_swap=wants_swap,
     )
 
 

@@ -10,8 +10,9 @@ import pytest
 
 import run_stream
 from bench.clients.frames import SOURCE_PHOTO, TARGET_PHOTO, panning_face_frames
-from streamer.pipeline.frame_pipeline import FrameJob, FramePipeline, PipelineConfig, SwapSettings
+from streamer.pipeline.frame_pipeline import FrameJob, FramePipeline
 from streamer.pipeline.image_input import read_image_file
+from streamer.pipeline.pipeline_settings import PipelineConfig, SwapSettings
 
 STREAMS = 3
 FRAMES = 5

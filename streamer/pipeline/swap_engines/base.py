@@ -2,13 +2,13 @@
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol, TypeVar, get_args
+from typing import Protocol, TypeVar
 
 from gpu_ops.errors import LivefuseError
 from models.face import Frame, TrackedFace
+from streamer.pipeline.choices import ENGINE_NAMES, EngineName
 
-EngineName = Literal["mesh", "inswapper"]
-ENGINE_NAMES: tuple[EngineName, ...] = get_args(EngineName)
+__all__ = ["ENGINE_NAMES", "EngineName"]  # re-exported: the engines' contract names them
 
 
 class NoFaceError(LivefuseError):

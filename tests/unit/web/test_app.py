@@ -7,13 +7,13 @@ import pytest
 
 from gpu_ops.errors import InvalidInputError
 from run_stream import build_parser
+from streamer.pipeline.config_args import config_from_args
 from streamer.realtime.metrics import DaemonMetrics
 from streamer.realtime.micro_batcher import DEFAULT_MAX_WAIT_MS
 from streamer.realtime.pipeline_binding import PipelineBinding
 from tests.fakes_pipeline import fake_binding
 from web.daemon_config import DaemonConfig
 from web.engine import DaemonEngine
-from web.serve import config_from_args
 
 
 async def test_loads_in_a_thread_then_closes_twice() -> None:
@@ -62,7 +62,7 @@ async def test_load_failure_is_reported_and_close_still_works() -> None:
 
 
 async def test_serve_batch_wait_ms_becomes_the_worker_batch_deadline() -> None:
-    config = config_from_args(build_parser().parse_args(["serve", "--batch-wait-ms", "12.5"]))
+    config = config_from_args(DaemonConfig, build_parser().parse_args(["serve", "--batch-wait-ms", "12.5"]))
     engine = DaemonEngine(config, DaemonMetrics(), fake_binding)
     engine.start()
     await engine.loaded
@@ -70,8 +70,8 @@ async def test_serve_batch_wait_ms_becomes_the_worker_batch_deadline() -> None:
         assert engine.worker is not None and engine.worker.policy.max_wait_ms == 12.5
     finally:
         await engine.close()
-    default = config_from_args(build_parser().parse_args(["serve"]))
+    default = config_from_args(DaemonConfig, build_parser().parse_args(["serve"]))
     assert default.batch_policy.max_wait_ms == DEFAULT_MAX_WAIT_MS
     for bad in ("-1", "nan"):
         with pytest.raises(InvalidInputError, match="--batch-wait-ms"):
-            config_from_args(build_parser().parse_args(["serve", "--batch-wait-ms", bad]))
+            config_from_args(DaemonConfig, build_parser().parse_args(["serve", "--batch-wait-ms", bad]))

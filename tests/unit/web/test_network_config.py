@@ -9,10 +9,10 @@ import pytest
 
 from gpu_ops.errors import InvalidInputError
 from run_stream import build_parser
+from streamer.pipeline.config_args import config_from_args
 from streamer.transport.ice_host_candidates import PortRange
 from tests.conftest import REPO_ROOT
 from web.daemon_config import DaemonConfig
-from web.serve import config_from_args
 
 SECRET = "a-shared-secret-of-some-length"
 VARIABLES = (
@@ -32,7 +32,7 @@ def no_network_variables(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def config(*flags: str) -> DaemonConfig:
-    return config_from_args(build_parser().parse_args(["serve", *flags]))
+    return config_from_args(DaemonConfig, build_parser().parse_args(["serve", *flags]))
 
 
 def test_defaults_keep_the_single_daemon_behaviour() -> None:

@@ -33,10 +33,21 @@ async def test_metrics_is_prometheus_text_with_model_info(client: TestClient) ->
     assert response.status == 200
     assert response.headers["Content-Type"].startswith("text/plain; version=0.0.4")
     text = await response.text()
-    assert "# TYPE livefuse_active_sessions gauge\nlivefuse_active_sessions 0\n" in text
-    assert 'livefuse_model_info{key="engines",value="fake"} 1' in text
+    assert "# TYPE livefuse_active_sessions gauge\nlivefuse_active_sessions 0.0\n" in text
+    assert 'livefuse_model_info{key="engines",value="fake"} 1.0' in text
     for family in ("livefuse_frames_in_total", "livefuse_stage_seconds", "livefuse_e2e_latency_seconds"):
         assert f"# TYPE {family}" in text
+
+
+async def test_metrics_answers_openmetrics_when_the_scraper_asks(client: TestClient) -> None:
+    accept = "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5"
+    response = await client.get("/metrics", headers={"Accept": accept})
+    assert response.status == 200
+    assert response.headers["Content-Type"].startswith("application/openmetrics-text; version=1.0.0")
+    text = await response.text()
+    assert "# TYPE livefuse_frames_in counter" in text  # OpenMetrics names the family without _total
+    assert 'livefuse_model_info{key="engines",value="fake"} 1.0' in text
+    assert text.endswith("# EOF\n")
 
 
 async def test_ready_turns_false_when_the_worker_is_gone(client: TestClient) -> None:

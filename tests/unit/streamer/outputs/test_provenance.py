@@ -13,7 +13,8 @@ import pytest
 from gpu_ops.errors import InvalidInputError
 from streamer.outputs.frame_stamp import STAMP_HEIGHT, STAMP_WIDTH, read_stamp, write_stamp
 from streamer.outputs.provenance import audit_record, check_label, draw_label, label_box, log_audit
-from streamer.realtime.batch_worker import BatchWorker, InboundFrame, WorkerLane
+from streamer.realtime.batch_worker import BatchWorker
+from streamer.realtime.worker_lane import InboundFrame, WorkerLane
 from tests.fakes_pipeline import FakeSource, FakeStreamState, FakeSwapSettings, face_box, fake_binding
 
 

@@ -13,7 +13,6 @@ from streamer.pipeline.compute_backend import (
     choose_backend,
     probe_cuda_provider,
 )
-from streamer.realtime.metrics import MetricsRegistry
 
 
 class FakeStream:
@@ -81,16 +80,6 @@ def test_cpu_request_never_probes() -> None:
     backend = choose_backend("cpu", probes=BackendProbes(cupy=fail, cuda_provider=lambda _: fail()))
     assert backend == ComputeBackend("numpy", "cpu", backend.reason)
     assert "requested" in backend.reason
-
-
-def test_choice_is_published_as_info_gauge() -> None:
-    registry = MetricsRegistry()
-    gauge = registry.gauge("livefuse_model_info", "info", ("key", "value"))
-    choose_backend("auto", probes=probes(False, False)).publish(gauge)
-    text = registry.render()
-    assert 'livefuse_model_info{key="array_backend",value="numpy"} 1' in text
-    assert 'key="execution_provider",value="cpu"' in text
-    assert "no CUDA device visible" in text
 
 
 @pytest.mark.skipif("CUDAExecutionProvider" in available_providers(), reason="this onnxruntime has CUDA")

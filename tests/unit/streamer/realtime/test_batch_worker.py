@@ -10,11 +10,12 @@ import numpy as np
 import pytest
 
 from models.face import Frame
-from streamer.realtime.batch_worker import BatchWorker, InboundFrame, WorkerLane
+from streamer.realtime.batch_worker import BatchWorker
 from streamer.realtime.device_frames import HostTransfers
 from streamer.realtime.frame_conversion import DeviceFrameConversion
 from streamer.realtime.metrics import DaemonMetrics
 from streamer.realtime.micro_batcher import BatchPolicy
+from streamer.realtime.worker_lane import InboundFrame, WorkerLane
 from tests.fakes_pipeline import (
     FakeFrameJob,
     FakePipeline,
@@ -108,6 +109,45 @@ async def test_failed_batch_passes_frames_through() -> None:
     assert collector.items[0][1] is item.video_frame and worker.error is None
 
 
+@pytest.mark.parametrize("label", [None, "AI"])
+async def test_untouched_frames_go_out_as_decoded_and_the_label_is_drawn_last(label: str | None) -> None:
+    """The pipeline says "untouched" (None) for a frame it did not swap; the worker sends the decoded
+    frame itself, never a conversion of it, unless the daemon labels swapped streams: then that frame
+    carries the label too, as a swapped one does, drawn after the swap."""
+    binding = fake_binding()
+    worker = BatchWorker(binding, label=label)
+    collector = Collector(2)
+    lane = WorkerLane("s", FakeStreamState(), FakeSwapSettings(), collector)
+    lane.source = FakeSource((200, 20, 20))
+    worker.start()
+    try:
+        worker.attach(lane)
+        swapped_item = _inbound(0)
+        lane.mailbox.put(swapped_item)
+        await _until(lambda: len(collector.items) == 1)
+        lane.source = None  # the pipeline declines this job: untouched
+        untouched_item = _inbound(3000)
+        lane.mailbox.put(untouched_item)
+        await _wait(collector.done)
+    finally:
+        await worker.close()
+    (_, swapped), (_, untouched) = collector.items
+    swapped_rgb: Frame = swapped.to_ndarray(format="rgb24")  # type: ignore[assignment]
+    x1, y1, x2, y2 = face_box(swapped_rgb)
+    assert np.abs(swapped_rgb[(y1 + y2) // 2, (x1 + x2) // 2].astype(int) - (200, 20, 20)).max() < 8
+    if label is None:
+        assert untouched is untouched_item.video_frame
+    else:
+        from streamer.outputs.provenance import label_box
+
+        lx1, ly1, lx2, ly2 = label_box(label, 160, 120)
+        for frame in (swapped, untouched):
+            assert frame is not untouched_item.video_frame
+            corner = frame.to_ndarray(format="rgb24")[ly1:ly2, lx1:lx2]
+            assert corner.min() < 30 and corner.max() > 220  # black box, white text and rim
+        assert swapped.pts == 0 and untouched.pts == 3000
+
+
 async def test_call_runs_on_the_worker_thread_and_forwards_errors() -> None:
     pipeline = FakePipeline()
     worker = BatchWorker(fake_binding(pipeline))
@@ -163,7 +203,7 @@ class RecordingPipeline(FakePipeline):
     calls: list[tuple[float, tuple[str, ...]]] = field(default_factory=list)
     on_call: Callable[[int], None] | None = None
 
-    def process_batch(self, jobs: Sequence[FakeFrameJob]) -> list[Frame]:
+    def process_batch(self, jobs: Sequence[FakeFrameJob]) -> list[Frame | None]:
         names = tuple(job.stream.name for job in jobs if isinstance(job.stream, NamedStream))
         self.calls.append((time.monotonic(), names))
         if self.on_call is not None:
@@ -198,7 +238,10 @@ async def test_a_lone_session_does_not_wait_for_the_deadline() -> None:
     finally:
         await worker.close()
     assert [names for _, names in pipeline.calls] == [("s0",)]
-    assert metrics.batches.value(reason="all_sessions") == 1 and metrics.batch_wait_seconds.value() == 1
+    assert (
+        metrics.sample("livefuse_batches_total", reason="all_sessions") == 1
+        and metrics.sample("livefuse_batch_wait_seconds_count") == 1
+    )
 
 
 async def test_a_frame_waits_for_the_other_session_until_the_deadline_then_runs_alone() -> None:
@@ -219,7 +262,7 @@ async def test_a_frame_waits_for_the_other_session_until_the_deadline_then_runs_
     ((called_at, names),) = pipeline.calls
     assert names == ("s0",) and not collectors[1].items
     assert called_at - put_at >= 0.15, f"ran {called_at - put_at:.3f} s after the put, before the deadline"
-    assert metrics.batches.value(reason="deadline") == 1
+    assert metrics.sample("livefuse_batches_total", reason="deadline") == 1
 
 
 async def test_twenty_sessions_in_batches_of_four_are_all_served_in_turn() -> None:
@@ -253,12 +296,16 @@ async def test_twenty_sessions_in_batches_of_four_are_all_served_in_turn() -> No
     for first in (0, 5):  # ceil(20 / 4) = 5 batches serve every session, again and again
         served = [name for names in batches[first : first + 5] for name in names]
         assert sorted(served) == sorted(everyone), batches[first : first + 5]
-    assert metrics.batches.value(reason="full") >= 10
+    assert metrics.sample("livefuse_batches_total", reason="full") >= 10
     # frames replaced in the batcher while others ran are drops, per session and in their own counter
-    assert metrics.batcher_dropped.value() > 0
-    dropped = sum(metrics.frames_dropped.value(session_id=lane.session_id) for lane in lanes)
-    assert dropped == metrics.batcher_dropped.value()
-    assert sum(lane.batcher_dropped for lane in lanes) == metrics.batcher_dropped.value()  # in stats too
+    assert metrics.sample("livefuse_batcher_dropped_total") > 0
+    dropped = sum(
+        metrics.sample("livefuse_frames_dropped_total", session_id=lane.session_id) for lane in lanes
+    )
+    assert dropped == metrics.sample("livefuse_batcher_dropped_total")
+    assert sum(lane.batcher_dropped for lane in lanes) == metrics.sample(
+        "livefuse_batcher_dropped_total"
+    )  # in stats too
 
 
 async def test_out_of_memory_halves_the_policy_the_batcher_closes_batches_by() -> None:
@@ -283,7 +330,7 @@ async def test_out_of_memory_halves_the_policy_the_batcher_closes_batches_by() -
         await worker.close()
     assert pipeline.batch_sizes == [4, 2, 2, 2, 2]  # the failed 4, its halves, then two batches of 2
     # the second round was closed by the batcher at 2 ("full"), not as one batch of 4 cut in pieces
-    assert worker.batches == 3 and metrics.batches.value(reason="full") == 2
+    assert worker.batches == 3 and metrics.sample("livefuse_batches_total", reason="full") == 2
     assert all(len(collector.items) == 2 for collector in collectors)
     for collector in collectors:
         assert collector.items[-1][1].to_ndarray(format="rgb24")[60, 80, 0] > 150, "swapped, not passed"
@@ -346,8 +393,11 @@ async def test_device_frame_path_copies_and_forgets_on_the_worker_thread() -> No
         await worker.close()
     assert conversion.forgotten == [("s0", "livefuse-worker")]
     assert (conversion.ledger.uploads, conversion.ledger.downloads) == (3, 3)
-    assert metrics.bus_copies.value(direction="up") == 3 and metrics.bus_copies.value(direction="down") == 3
-    assert metrics.bus_bytes.value(direction="down") == 3 * 160 * 120 * 3 // 2
+    assert (
+        metrics.sample("livefuse_bus_copies_total", direction="up") == 3
+        and metrics.sample("livefuse_bus_copies_total", direction="down") == 3
+    )
+    assert metrics.sample("livefuse_bus_bytes_total", direction="down") == 3 * 160 * 120 * 3 // 2
     x1, y1, x2, y2 = face_box(np.zeros((120, 160, 3), np.uint8))
     rgb = collector.items[-1][1].to_ndarray(format="rgb24")
     assert abs(int(rgb[(y1 + y2) // 2, (x1 + x2) // 2, 0]) - 255) <= 3  # the swap came back down

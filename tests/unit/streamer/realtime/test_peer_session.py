@@ -9,6 +9,7 @@ from streamer.realtime.batch_worker import BatchWorker
 from streamer.realtime.metrics import DaemonMetrics
 from streamer.realtime.peer_session import PeerSession
 from streamer.realtime.session_registry import SessionLimitError, SessionRegistry
+from streamer.realtime.swap_cadence import SwapCadence
 from streamer.transport.ice_addresses import restrict_ice_addresses
 from tests.fakes_pipeline import FakeSwapSettings, fake_binding
 
@@ -27,7 +28,7 @@ async def _offer() -> RTCSessionDescription:
 
 async def test_close_before_start_and_twice() -> None:
     worker = BatchWorker(fake_binding())
-    session = PeerSession("s1", worker, fake_binding(), DaemonMetrics())
+    session = PeerSession("s1", worker, fake_binding(), DaemonMetrics(), SwapCadence(worker.busy_seconds))
     await session.close()
     await asyncio.gather(session.close(), session.close())
     with pytest.raises(RuntimeError):
@@ -39,7 +40,7 @@ async def test_answer_then_close_frees_the_lane() -> None:
     worker = BatchWorker(binding)
     worker.start()
     try:
-        session = PeerSession("s1", worker, binding, DaemonMetrics())
+        session = PeerSession("s1", worker, binding, DaemonMetrics(), SwapCadence(worker.busy_seconds))
         answer = await session.accept_offer(await _offer())
         assert answer.type == "answer" and "m=video" in answer.sdp and "m=audio" in answer.sdp
         assert "a=sendrecv" in answer.sdp
@@ -58,7 +59,7 @@ async def test_bad_offer_fails_and_session_still_closes() -> None:
     worker = BatchWorker(binding)
     worker.start()
     try:
-        session = PeerSession("s1", worker, binding, DaemonMetrics())
+        session = PeerSession("s1", worker, binding, DaemonMetrics(), SwapCadence(worker.busy_seconds))
         with pytest.raises(ValueError):
             await session.accept_offer(RTCSessionDescription(sdp="v=0\r\nnonsense\r\n", type="offer"))
         await session.close()
@@ -80,14 +81,16 @@ async def test_registry_limit_end_and_reported_end() -> None:
             on_ended(sid, reason)
             ended.set()
 
-        session = PeerSession(session_id, worker, binding, metrics, on_ended=report)
+        session = PeerSession(
+            session_id, worker, binding, metrics, SwapCadence(worker.busy_seconds), on_ended=report
+        )
         sessions.append(session)
         return session
 
     registry = SessionRegistry(1, create, metrics)
     try:
         first, _ = await registry.open(await _offer())
-        assert registry.get(first.session_id) is first and metrics.active_sessions.value() == 1
+        assert registry.get(first.session_id) is first and metrics.sample("livefuse_active_sessions") == 1
         with pytest.raises(SessionLimitError):
             await registry.open(await _offer())
         first._end("test: peer vanished")  # what ICE failure or the idle timeout does
@@ -96,7 +99,7 @@ async def test_registry_limit_end_and_reported_end() -> None:
             if len(registry) == 0:
                 break
             await asyncio.sleep(0.02)
-        assert len(registry) == 0 and metrics.active_sessions.value() == 0
+        assert len(registry) == 0 and metrics.sample("livefuse_active_sessions") == 0
         second, _ = await registry.open(await _offer())
         assert await registry.end(second.session_id) and not await registry.end(second.session_id)
         with pytest.raises(ValueError):

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from aiortc.mediastreams import MediaStreamError
 
-from streamer.realtime.swapped_track import SwappedTrack
+from streamer.realtime.outbound_track import OutboundTrack
 
 
 def _frame(pts: int) -> av.VideoFrame:
@@ -19,7 +19,7 @@ def _frame(pts: int) -> av.VideoFrame:
 
 async def test_one_slot_the_newest_frame_wins() -> None:
     """A frame the encoder has not taken yet is replaced by a newer one: nothing queues behind it."""
-    track = SwappedTrack()
+    track = OutboundTrack()
     for pts in (0, 3000, 6000, 9000):
         assert track.push(_frame(pts))
     assert track.dropped == 3 and track.max_waiting == 1
@@ -30,17 +30,17 @@ async def test_one_slot_the_newest_frame_wins() -> None:
 
 
 async def test_more_slots_keep_the_newest_in_order() -> None:
-    track = SwappedTrack(slots=2)
+    track = OutboundTrack(slots=2)
     for pts in (0, 3000, 6000):
         track.push(_frame(pts))
     assert track.dropped == 1 and track.max_waiting == 2
     assert [(await track.recv()).pts, (await track.recv()).pts] == [3000, 6000]
     with pytest.raises(ValueError):
-        SwappedTrack(slots=0)
+        OutboundTrack(slots=0)
 
 
 async def test_late_older_frame_is_dropped_not_reordered() -> None:
-    track = SwappedTrack()
+    track = OutboundTrack()
     assert track.push(_frame(6000))
     assert not track.push(_frame(3000))
     assert track.dropped == 1 and (await track.recv()).pts == 6000
@@ -48,7 +48,7 @@ async def test_late_older_frame_is_dropped_not_reordered() -> None:
 
 async def test_recv_waits_for_a_push_and_reports_sent() -> None:
     sent: list[tuple[int, float]] = []
-    track = SwappedTrack(on_sent=lambda frame, age_s: sent.append((int(frame.pts or 0), age_s)))
+    track = OutboundTrack(on_sent=lambda frame, age_s: sent.append((int(frame.pts or 0), age_s)))
     waiter = asyncio.create_task(track.recv())
     await asyncio.sleep(0)
     assert not waiter.done()
@@ -60,7 +60,7 @@ async def test_recv_waits_for_a_push_and_reports_sent() -> None:
 
 
 async def test_stop_ends_a_waiting_recv() -> None:
-    track = SwappedTrack()
+    track = OutboundTrack()
     waiter = asyncio.create_task(track.recv())
     await asyncio.sleep(0)
     track.stop()
