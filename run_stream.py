@@ -63,6 +63,9 @@ def add_swap_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--enhancer", action="store_true", help="run GFPGAN 1.4 on swapped faces")
     parser.add_argument("--no-mouth-mask", action="store_true", help="do not keep the target's inner mouth")
+    parser.add_argument(
+        "--no-occlusion", action="store_true", help="paste over what stands in front of a target face"
+    )
 
 
 def add_hardening_options(parser: argparse.ArgumentParser) -> None:

@@ -138,8 +138,12 @@ SEAM_PAIRS = (
 
 
 # the engine before the rim guard, with the narrow tone band it had (its mean seam ratio: 1.06)
+# the engine before the rim guard (and before the target occlusion mask, which keeps hair at the
+# temples too): the comparison the edge test makes
 NARROW_TONE_NO_GUARD = MeshConfig(
-    source=dataclasses.replace(MeshConfig().source, band_widths=(0.03, 0.045, 0.06)), rim_guard=None
+    source=dataclasses.replace(MeshConfig().source, band_widths=(0.03, 0.045, 0.06)),
+    rim_guard=None,
+    occlusion=None,
 )
 
 

@@ -7,7 +7,7 @@ import { formatCadence, formatNumber as fmt, formatProcessing, summariseRtp, vid
 const CAPTURE_FPS = 30;
 const ICE_GATHERING_TIMEOUT_MS = 5000;
 const STATS_INTERVAL_MS = 1000;
-const SETTING_NAMES = ['engine', 'face_selector', 'enhancer', 'swap_enabled', 'mouth_mask'];
+const SETTING_NAMES = ['engine', 'face_selector', 'enhancer', 'swap_enabled', 'mouth_mask', 'occlusion'];
 
 const $ = (id) => document.getElementById(id);
 const ui = {

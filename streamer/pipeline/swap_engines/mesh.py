@@ -14,7 +14,7 @@ Works with the permissive models: any detector with 5 points and the facemesh_46
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
@@ -27,6 +27,7 @@ from gpu_ops.errors import InvalidInputError
 from gpu_ops.masks import blend, fill_polygons
 from gpu_ops.mesh_warp import apply_remap, build_remap
 from gpu_ops.multiband_blend import mask_planes, multiband_blend
+from gpu_ops.occlusion_mask import show_weight
 from gpu_ops.rim_guard import rim_guard
 from models import face_mesh_topology as topology
 from models.detector import Detector
@@ -41,6 +42,7 @@ from streamer.pipeline.swap_engines.mesh_memory import (
     smooth_lips_weight,
     smooth_shading_ratio,
 )
+from streamer.pipeline.swap_engines.mesh_occlusion import Occlusion, OcclusionThresholds, face_occlusion
 from streamer.pipeline.swap_engines.mesh_source import (
     MeshSource,
     MeshSourceConfig,
@@ -74,6 +76,9 @@ class MeshConfig:
     # (fully below the first); None pastes the whole outline
     rim_guard: tuple[float, float] | None = (0.5, 0.75)
     smoothing: Smoothing | None = field(default_factory=Smoothing)  # None: every frame measured alone
+    # what stands in front of a target face keeps the target's pixels (mesh_occlusion.py); a stream
+    # turns it off with SwapOptions.occlusion
+    occlusion: OcclusionThresholds | None = field(default_factory=OcclusionThresholds)
 
 
 class MeshEngine:
@@ -86,10 +91,17 @@ class MeshEngine:
         self.landmarker = landmarker
         self.config = config or MeshConfig()
         self.timer = StageTimer()  # per-face "warp" and "blend" times, read by the bench
+        self.occluded_faces = 0  # faces swapped with something in front of them
+        self._occlusion_listeners: list[Callable[[], None]] = []
+        self.last_occlusion: Occlusion | None = None  # of the last face swapped (tests, the bench)
         if self.config.shading not in SHADING_METHODS:
             raise InvalidInputError(f"unknown shading {self.config.shading!r}; choose from {SHADING_METHODS}")
         if self.config.blend not in BLEND_METHODS:
             raise InvalidInputError(f"unknown blend {self.config.blend!r}; choose from {BLEND_METHODS}")
+
+    def add_occlusion_listener(self, listener: Callable[[], None]) -> None:
+        """Call `listener()` for every face swapped with something in front of it (/metrics)."""
+        self._occlusion_listeners.append(listener)
 
     def source_mesh(self, image: Frame) -> NDArray[np.float32]:
         """The 468-point mesh of the largest face in a photo; NoFaceError when there is none."""
@@ -171,6 +183,26 @@ class MeshEngine:
             keep *= 1.0 - lips_weight * (lips.astype(np.float32) * np.float32(1.0 / 255.0))
         alpha = warped[..., 3].astype(np.float32) * np.float32(1.0 / 255.0) * keep
         region = frame[y1:y2, x1:x2]
+        self.last_occlusion = None
+        if options.occlusion and self.config.occlusion is not None:
+            occlusion_started = time.perf_counter()
+            occlusion = face_occlusion(
+                region,
+                mesh,
+                (float(x1), float(y1)),
+                track.occlusion if track is not None else None,
+                self.config.occlusion,
+            )
+            self.last_occlusion = occlusion
+            if occlusion.occluded:
+                self.occluded_faces += 1
+                for listener in self._occlusion_listeners:
+                    listener()
+            shown = show_weight(occlusion.mask, size, occlusion.fade, region)
+            alpha, keep = alpha * shown, keep * shown
+            self.timer.record("occlusion", time.perf_counter() - occlusion_started)
+            if occlusion.fade <= 0.0:
+                return box  # covered: the target's own pixels, eyes and lips never drawn on the occluder
         if self.config.rim_guard is not None:
             zone = apply_remap(self._pixels(source, "rim_zone", on_device), field_)
             guard = rim_guard(
