@@ -8,9 +8,11 @@ skin (gpu_ops.skin_model, fitted on its central cheeks and forehead, like the so
   below the nose dark is a beard, a moustache or the shade of a smile, so there it counts only where the
   mirror side of the face (the mesh's own left-right map) is not dark as well: a beard is symmetric, a
   hand or a microphone is not;
-- the eyes, brows and nose are features, never occluders (their own masks handle them); on the lips only
-  a near-neutral colour counts (lips are a redder skin, a microphone is grey), so the source's lips are
-  not drawn across a microphone.
+- a near-neutral colour (grey, white, black: a pale face's skin lies only a few of its own spreads
+  from neutral, so the skin score alone lets a white cup pass as a highlight);
+- the eyes, brows, nose and the inner mouth are features, never occluders (their own masks handle
+  them); on the lips only a near-neutral colour counts (lips are a redder skin, a microphone is grey),
+  so the source's lips are not drawn across a microphone.
 Crisp evidence without specks (connected regions of at least `MIN_OCCLUDER` of the face height squared)
 is grown past its anti-aliased rim and softened.
 
@@ -34,7 +36,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from gpu_ops.backend import to_host
-from gpu_ops.masks import Mask, feather_outside_cpu, fill_polygons_cpu, smoothstep
+from gpu_ops.masks import Mask, feather_inside_cpu, feather_outside_cpu, fill_polygons_cpu, smoothstep
 from gpu_ops.skin_model import (
     SkinColourModel,
     SkinThresholds,
@@ -49,6 +51,7 @@ from streamer.pipeline.swap_engines.mesh_skin import (
     feature_region,
     sample_region,
 )
+from streamer.pipeline.swap_engines.mesh_source import MeshSourceConfig, lowered_outline
 
 logger = logging.getLogger(__name__)
 
@@ -57,13 +60,21 @@ Points = NDArray[np.float32]
 WORK_HEIGHT = 60.0  # px from forehead top to chin at which the evidence is judged (area-averaged)
 # all lengths below are fractions of the face height
 ILLUMINATION = 0.1  # the scale of the light on the face (score_skin's surroundings)
+NEUTRAL_FROM = 0.12  # a neutral colour counts fully from this far inside the oval
+OUTLINE_ZONE = 0.06  # evidence counts fully from this far inside the oval
 FEATURE_MARGIN = 0.03  # eyes, brows and nose are protected this far around
 MIN_OCCLUDER = 0.07  # an occluder covers at least this squared (a strand of hair, not a pore or a crease)
+REACH = 0.1  # ...and one ending on a feature covers it this far
+BRIDGE = 0.25  # an occluder's parts on both sides of a feature this wide join across it
+SOFTNESS = 0.0125  # the mask edge is softened by a blur of this sigma (a crisp edge shows as a contour)
 EDGE_GROWTH = 0.025  # occluders grow by this much: their anti-aliased rim goes with them
 BEARD_FROM = 0.02  # above the nose's base: where a moustache may start
 RISE, HOLD = 0.5, 0.3  # evidence sets a pixel above RISE, keeps a pixel set last frame above HOLD
 RELEASE = 0.5  # a pixel no longer occluded keeps this share of its last mask per frame
-LIPS_NEUTRAL = (0.45, 0.75)  # on the lips: how far towards grey a pixel lies (0 skin, 1 grey): start, full
+LIPS_NEUTRAL = (
+    0.5,
+    0.8,
+)  # how far towards grey a pixel lies (0 skin, 1 grey): an occluder from..to (all that counts on the lips)
 FADE_COVER = (0.4, 0.65)  # share of the oval covered: the swap starts fading, is gone
 FADE_WEIGHT = 0.35  # of the new frame in the track's fade (a fade takes a few frames)
 REFIT_FRAMES = 15  # a track's skin model is refitted this often...
@@ -78,7 +89,9 @@ class OcclusionThresholds:
     skin unswapped, a false alarm would leave a hole in every frame of a call."""
 
     skin: SkinThresholds = field(
-        default_factory=lambda: SkinThresholds(chroma_distance=5.0, chroma_falloff=3.0, blur_px=0.0)
+        default_factory=lambda: SkinThresholds(
+            chroma_distance=5.0, chroma_falloff=3.0, specular_allowance=0.4, blur_px=0.0
+        )
     )
 
 
@@ -204,6 +217,29 @@ def _regions(score: NDArray[np.float32], threshold: NDArray[np.float32], face_he
     return large[labels].astype(np.float32)
 
 
+def _bridged(found: Mask, candidates: NDArray[np.bool_], face_height: float) -> Mask:
+    """The `candidates` pixels (occluder-like inside a feature) in the gaps of `found` that a closing of
+    BRIDGE of the face height fills, or within REACH of it: where an occluder runs across a feature or
+    ends on it, not along it (a bar across an eye covers the brow above it, not the whole brow)."""
+    if not candidates.any() or not found.any():
+        return np.zeros(found.shape, np.float32)
+    closed = cv2.morphologyEx(found, cv2.MORPH_CLOSE, disc(BRIDGE * face_height))
+    near = cv2.dilate(found, disc(2.0 * REACH * face_height))
+    return (((closed > 0.5) | (near > 0.5)) & candidates & (found <= 0)).astype(np.float32)
+
+
+def _joined(found: Mask, candidates: NDArray[np.bool_]) -> Mask:
+    """The `candidates` pixels connected (through candidates and found) to a `found` region, as 0/1."""
+    if not candidates.any() or not found.any():
+        return np.zeros(found.shape, np.float32)
+    union = ((found > 0) | candidates).astype(np.uint8)
+    _, labels = cv2.connectedComponents(union, connectivity=8)
+    reached = np.zeros(int(labels.max()) + 1, bool)
+    reached[labels[found > 0]] = True
+    reached[0] = False
+    return (reached[labels] & candidates & (found <= 0)).astype(np.float32)
+
+
 def _previous_mask(
     track: OcclusionTrack, origin: tuple[float, float], scale: float, size: tuple[int, int]
 ) -> Mask:
@@ -241,7 +277,8 @@ def face_occlusion(
     small = cv2.resize(host, size, interpolation=cv2.INTER_AREA) if scale < 1.0 else host
     points = ((mesh[:, :2] - np.asarray(origin, np.float32)) * scale).astype(np.float32)
     face_height = float(np.linalg.norm(points[topology.CHIN_BOTTOM] - points[topology.FOREHEAD_TOP]))
-    oval = fill_polygons_cpu(size, [points[list(topology.FACE_OVAL)]]) > 0
+    # the pasted outline: above the brows it is lowered below the hairline (mesh_source.py)
+    oval = fill_polygons_cpu(size, [lowered_outline(points, MeshSourceConfig().forehead_drop)]) > 0
     lips = fill_polygons_cpu(size, [points[list(topology.LIPS_OUTER)]]) > 0
     eyes = [points[list(topology.RIGHT_EYE)], points[list(topology.LEFT_EYE)]]
     features = feature_region(points, size, eyes)
@@ -263,26 +300,52 @@ def face_occlusion(
     mirrored_dark = cv2.erode(mirrored_dark, disc(0.02 * face_height))  # a beard's edge is not exact
     asymmetric = np.clip(dark - cv2.dilate(mirrored_dark, disc(0.06 * face_height)), 0.0, 1.0)
     dark_evidence = dark * (1.0 - beard_zone) + asymmetric * beard_zone
-    evidence = np.maximum(1.0 - scores.chroma, dark_evidence)
     protected = feather_outside_cpu(
         ((features > 0) & ~lips).astype(np.uint8), FEATURE_MARGIN * face_height, 0.015 * face_height
     )
+    # grey, white or black: a pale face's skin lies only a few of its own spreads from neutral, so the
+    # chroma score alone lets a white cup pass as a highlight
     neutral = smoothstep(
         (_neutrality(small, model, 0.0) - LIPS_NEUTRAL[0]) / (LIPS_NEUTRAL[1] - LIPS_NEUTRAL[0])
     )
+    # (not near the outline: a grey or white background, a collar, are past the face there)
+    deep = feather_inside_cpu(oval.astype(np.uint8), NEUTRAL_FROM * face_height)
+    evidence = np.maximum(np.maximum(1.0 - scores.chroma, dark_evidence), neutral * deep)
     on_lips = lips.astype(np.float32)
     evidence = evidence * (1.0 - on_lips) + np.minimum(evidence, neutral) * on_lips
-    evidence = (evidence * (1.0 - protected) * oval).astype(np.float32)
+    # the inner mouth is the target's own (teeth are white, the mouth mask keeps it)
+    inner_mouth = fill_polygons_cpu(size, [points[list(topology.LIPS_INNER)]]) > 0
+    # along the outline the background and the collar past a jaw are the rim guard's (gpu_ops.rim_guard):
+    # counted from OUTLINE_ZONE inside, an occluder crossing the outline is found by its inner part
+    interior = feather_inside_cpu(oval.astype(np.uint8), OUTLINE_ZONE * face_height)
+    rim_evidence = (evidence * (1.0 - interior) * oval * ~inner_mouth).astype(np.float32)
+    evidence = (evidence * interior * ~inner_mouth).astype(np.float32)
     previous = _previous_mask(track, origin, scale, size) if track is not None else None
     threshold = np.full(evidence.shape, RISE, np.float32)
     if previous is not None:
         threshold = np.where(previous > 0.5, np.float32(HOLD), threshold).astype(np.float32)
-    crisp = _regions(evidence, threshold, face_height)
+    crisp = _regions(evidence * (1.0 - protected), threshold, face_height)
+    # a feature is covered where an occluder found outside it runs on into it (a bar across an eye, a
+    # phone over the nose); dark brows or nostrils on their own are never occluders
+    # (the nose has no dark of its own but its nostrils, so there all that joins the occluder counts)
+    eyes_and_brows = feature_region(points, size, eyes, with_nose=False)
+    gaze = feather_outside_cpu(eyes_and_brows, FEATURE_MARGIN * face_height, 0.015 * face_height)
+    candidates = (evidence * protected) > threshold
+    crossing = np.maximum(
+        _bridged(crisp, candidates & (gaze > 0.5), face_height), _joined(crisp, candidates & (gaze <= 0.5))
+    )
+    # an occluder crossing the outline takes its part in the outline zone along (a microphone below the
+    # chin); what lies only in that zone (the background past a jaw) is the rim guard's, not an occluder
+    crossing = np.maximum(crossing, _joined(crisp, (rim_evidence * (1.0 - protected)) > threshold))
+    crisp = np.maximum(crisp, crossing)
     grown = cv2.dilate(crisp, disc(2.0 * EDGE_GROWTH * face_height))
-    mask = np.minimum(cv2.GaussianBlur(grown, (0, 0), 0.5 * EDGE_GROWTH * face_height) * 2.0, 1.0)
-    mask = (mask * (1.0 - protected)).astype(np.float32)
+    mask = np.minimum(cv2.GaussianBlur(grown, (0, 0), SOFTNESS * face_height) * 2.0, 1.0)
+    # the grown rim may reach over the nose but not over the eyes and brows, unless the occluder does
+    if crossing.any():
+        gaze = gaze * (1.0 - cv2.dilate(crossing, disc(2.0 * EDGE_GROWTH * face_height)))
+    mask = (mask * (1.0 - gaze)).astype(np.float32)
     if previous is not None:
-        mask = np.maximum(mask, RELEASE * previous * (1.0 - protected)).astype(np.float32)
+        mask = np.maximum(mask, RELEASE * previous * (1.0 - gaze)).astype(np.float32)
     area = max(float(oval.sum()), 1.0)
     cover = float((mask * oval).sum() / area)
     fade = 1.0 - float(smoothstep(np.float32((cover - FADE_COVER[0]) / (FADE_COVER[1] - FADE_COVER[0]))))
