@@ -198,7 +198,8 @@ class MeshEngine:
                 self.occluded_faces += 1
                 for listener in self._occlusion_listeners:
                     listener()
-            shown = show_weight(occlusion.mask, size, occlusion.fade, region)
+            cells = occlusion.mask.shape[1] * occlusion.factor, occlusion.mask.shape[0] * occlusion.factor
+            shown = show_weight(occlusion.mask, cells, occlusion.fade, region)[: size[1], : size[0]]
             alpha, keep = alpha * shown, keep * shown
             self.timer.record("occlusion", time.perf_counter() - occlusion_started)
             if occlusion.fade <= 0.0:

@@ -13,7 +13,7 @@ skin (gpu_ops.skin_model, fitted on its central cheeks and forehead, like the so
 - the eyes, brows, nose and the inner mouth are features, never occluders (their own masks handle
   them); on the lips only a near-neutral colour counts (lips are a redder skin, a microphone is grey),
   so the source's lips are not drawn across a microphone.
-Crisp evidence without specks (connected regions of at least `MIN_OCCLUDER` of the face height squared)
+Crisp evidence without specks (connected regions of at least `occlusion_regions.MIN_OCCLUDER` of the face height squared)
 is grown past its anti-aliased rim and softened.
 
 With a face track (the stream's memory) the target's skin model is the track's: fitted on its first
@@ -52,6 +52,7 @@ from streamer.pipeline.swap_engines.mesh_skin import (
     sample_region,
 )
 from streamer.pipeline.swap_engines.mesh_source import MeshSourceConfig, lowered_outline
+from streamer.pipeline.swap_engines.occlusion_regions import bridged, joined, mirror_rows, regions
 
 logger = logging.getLogger(__name__)
 
@@ -63,9 +64,6 @@ ILLUMINATION = 0.1  # the scale of the light on the face (score_skin's surroundi
 NEUTRAL_FROM = 0.12  # a neutral colour counts fully from this far inside the oval
 OUTLINE_ZONE = 0.06  # evidence counts fully from this far inside the oval
 FEATURE_MARGIN = 0.03  # eyes, brows and nose are protected this far around
-MIN_OCCLUDER = 0.07  # an occluder covers at least this squared (a strand of hair, not a pore or a crease)
-REACH = 0.1  # ...and one ending on a feature covers it this far
-BRIDGE = 0.25  # an occluder's parts on both sides of a feature this wide join across it
 SOFTNESS = 0.0125  # the mask edge is softened by a blur of this sigma (a crisp edge shows as a contour)
 EDGE_GROWTH = 0.025  # occluders grow by this much: their anti-aliased rim goes with them
 BEARD_FROM = 0.02  # above the nose's base: where a moustache may start
@@ -112,7 +110,8 @@ class Occlusion:
     """One face's occlusion in one frame: the mask at working size, how much of the oval it covers and
     how much of the swap shows (the fade)."""
 
-    mask: Mask  # [h, w] float32 0..1 over the working-size face box, 1 = occluder (the target shows)
+    mask: Mask  # [ceil(H/f), ceil(W/f)] float32 0..1, cells of f x f box px, 1 = occluder (the target shows)
+    factor: int  # f: frame px per working px
     cover: float
     fade: float
 
@@ -121,10 +120,27 @@ class Occlusion:
         return self.cover > OCCLUDED_FRAME
 
 
-def working_scale(mesh: Points) -> float:
-    """Working px per frame px: the face's height becomes WORK_HEIGHT (never enlarged)."""
+def working_factor(mesh: Points) -> int:
+    """Frame px per working px, a whole number (OpenCV's area resize has a fast path for those): the
+    face's height becomes about WORK_HEIGHT (never enlarged)."""
     height = float(np.linalg.norm(mesh[topology.CHIN_BOTTOM, :2] - mesh[topology.FOREHEAD_TOP, :2]))
-    return min(1.0, WORK_HEIGHT / max(height, 1.0))
+    return max(1, round(height / WORK_HEIGHT))
+
+
+def working_image(host: NDArray[np.uint8], factor: int) -> NDArray[np.uint8]:
+    """The face box averaged over factor x factor cells; the last partial row and column of cells are
+    the average of the pixels they have, so cell (i, j) always covers frame rows i*factor.. and
+    columns j*factor.. of the box."""
+    if factor == 1:
+        return host
+    height, width = host.shape[:2]
+    whole_h, whole_w = height // factor * factor, width // factor * factor
+    padded = host
+    if whole_h != height or whole_w != width:
+        rows, columns = -(-height // factor) * factor, -(-width // factor) * factor
+        padded = cv2.copyMakeBorder(host, 0, rows - height, 0, columns - width, cv2.BORDER_REPLICATE)
+    size = (padded.shape[1] // factor, padded.shape[0] // factor)
+    return np.asarray(cv2.resize(padded, size, interpolation=cv2.INTER_AREA))
 
 
 def _average_models(old: SkinColourModel, new: SkinColourModel, weight: float) -> SkinColourModel:
@@ -146,98 +162,6 @@ def _neutrality(image: NDArray[np.uint8], model: SkinColourModel, blur_px: float
     to_neutral = np.float32(1.0 / 3.0) - model.chroma_mean
     along = (chroma - model.chroma_mean) @ to_neutral / max(float(to_neutral @ to_neutral), 1e-9)
     return np.asarray(along, np.float32)
-
-
-# the face's midline, forehead to chin (the mesh's own vertices on the symmetry plane)
-MIDLINE = (
-    10,
-    151,
-    9,
-    8,
-    168,
-    6,
-    197,
-    195,
-    5,
-    4,
-    1,
-    19,
-    94,
-    2,
-    164,
-    0,
-    11,
-    12,
-    13,
-    14,
-    15,
-    16,
-    17,
-    18,
-    200,
-    199,
-    175,
-    152,
-)
-
-
-def mirror_rows(points: Points, oval: NDArray[np.bool_]) -> tuple[NDArray[np.float32], NDArray[np.float32]]:
-    """A remap taking each pixel to its mirror image across the face's midline, row by row: the
-    midline's x at that row, each side scaled to the other's width there (a turned face's far side is
-    narrower). Cheaper than the mesh's triangle-wise mirror and as good for dark regions of some size."""
-    height, width = oval.shape
-    rows = np.arange(height, dtype=np.float32)
-    line = points[list(MIDLINE)]
-    order = np.argsort(line[:, 1])
-    middle = np.interp(rows, line[order, 1], line[order, 0]).astype(np.float32)
-    any_inside = oval.any(axis=1)
-    left = np.where(any_inside, oval.argmax(axis=1), 0).astype(np.float32)
-    right = np.where(any_inside, width - 1 - oval[:, ::-1].argmax(axis=1), width - 1).astype(np.float32)
-    left_half = np.maximum(middle - left, 1.0)[:, None]
-    right_half = np.maximum(right - middle, 1.0)[:, None]
-    columns = np.arange(width, dtype=np.float32)[None, :]
-    offset = columns - middle[:, None]
-    map_x = np.where(
-        offset < 0,
-        middle[:, None] - offset * (right_half / left_half),
-        middle[:, None] - offset * (left_half / right_half),
-    )
-    map_y = np.broadcast_to(rows[:, None], (height, width))
-    return np.ascontiguousarray(map_x, np.float32), np.ascontiguousarray(map_y, np.float32)
-
-
-def _regions(score: NDArray[np.float32], threshold: NDArray[np.float32], face_height: float) -> Mask:
-    """Connected regions of `score` above `threshold` of at least MIN_OCCLUDER squared, as 0/1 float32."""
-    crisp = (score > threshold).astype(np.uint8)
-    count, labels, stats, _ = cv2.connectedComponentsWithStats(crisp, connectivity=8)
-    if count <= 1:
-        return np.zeros(score.shape, np.float32)
-    large = stats[:, cv2.CC_STAT_AREA] >= (MIN_OCCLUDER * face_height) ** 2
-    large[0] = False
-    return large[labels].astype(np.float32)
-
-
-def _bridged(found: Mask, candidates: NDArray[np.bool_], face_height: float) -> Mask:
-    """The `candidates` pixels (occluder-like inside a feature) in the gaps of `found` that a closing of
-    BRIDGE of the face height fills, or within REACH of it: where an occluder runs across a feature or
-    ends on it, not along it (a bar across an eye covers the brow above it, not the whole brow)."""
-    if not candidates.any() or not found.any():
-        return np.zeros(found.shape, np.float32)
-    closed = cv2.morphologyEx(found, cv2.MORPH_CLOSE, disc(BRIDGE * face_height))
-    near = cv2.dilate(found, disc(2.0 * REACH * face_height))
-    return (((closed > 0.5) | (near > 0.5)) & candidates & (found <= 0)).astype(np.float32)
-
-
-def _joined(found: Mask, candidates: NDArray[np.bool_]) -> Mask:
-    """The `candidates` pixels connected (through candidates and found) to a `found` region, as 0/1."""
-    if not candidates.any() or not found.any():
-        return np.zeros(found.shape, np.float32)
-    union = ((found > 0) | candidates).astype(np.uint8)
-    _, labels = cv2.connectedComponents(union, connectivity=8)
-    reached = np.zeros(int(labels.max()) + 1, bool)
-    reached[labels[found > 0]] = True
-    reached[0] = False
-    return (reached[labels] & candidates & (found <= 0)).astype(np.float32)
 
 
 def _previous_mask(
@@ -271,11 +195,12 @@ def face_occlusion(
     `track` the decision is the track's (skin model, hysteresis, fade: see module docstring)."""
     thresholds = thresholds or OcclusionThresholds()
     host = to_host(region)
-    scale = working_scale(mesh)
-    height, width = host.shape[:2]
-    size = (max(2, round(width * scale)), max(2, round(height * scale)))
-    small = cv2.resize(host, size, interpolation=cv2.INTER_AREA) if scale < 1.0 else host
-    points = ((mesh[:, :2] - np.asarray(origin, np.float32)) * scale).astype(np.float32)
+    factor = working_factor(mesh)
+    scale = 1.0 / factor
+    small = working_image(host, factor)
+    size = (small.shape[1], small.shape[0])
+    # a cell's centre is the centre of its factor x factor frame pixels
+    points = ((mesh[:, :2] - np.asarray(origin, np.float32) + 0.5) * scale - 0.5).astype(np.float32)
     face_height = float(np.linalg.norm(points[topology.CHIN_BOTTOM] - points[topology.FOREHEAD_TOP]))
     # the pasted outline: above the brows it is lowered below the hairline (mesh_source.py)
     oval = fill_polygons_cpu(size, [lowered_outline(points, MeshSourceConfig().forehead_drop)]) > 0
@@ -288,7 +213,9 @@ def face_occlusion(
             model = _fit(small, points, features, face_height, thresholds)
         except ValueError as error:  # a sample too dark or too small: nothing is judged this frame
             logger.debug("no target skin model: %s", error)
-            return Occlusion(mask=np.zeros((size[1], size[0]), np.float32), cover=0.0, fade=1.0)
+            return Occlusion(
+                mask=np.zeros((size[1], size[0]), np.float32), factor=factor, cover=0.0, fade=1.0
+            )
     scores = score_skin_cpu(small, model, thresholds.skin, illumination_px=ILLUMINATION * face_height)
     dark = 1.0 - scores.luma
     # below the nose only asymmetric dark counts (a beard has its mirror image, a microphone has not)
@@ -324,7 +251,7 @@ def face_occlusion(
     threshold = np.full(evidence.shape, RISE, np.float32)
     if previous is not None:
         threshold = np.where(previous > 0.5, np.float32(HOLD), threshold).astype(np.float32)
-    crisp = _regions(evidence * (1.0 - protected), threshold, face_height)
+    crisp = regions(evidence * (1.0 - protected), threshold, face_height)
     # a feature is covered where an occluder found outside it runs on into it (a bar across an eye, a
     # phone over the nose); dark brows or nostrils on their own are never occluders
     # (the nose has no dark of its own but its nostrils, so there all that joins the occluder counts)
@@ -332,11 +259,11 @@ def face_occlusion(
     gaze = feather_outside_cpu(eyes_and_brows, FEATURE_MARGIN * face_height, 0.015 * face_height)
     candidates = (evidence * protected) > threshold
     crossing = np.maximum(
-        _bridged(crisp, candidates & (gaze > 0.5), face_height), _joined(crisp, candidates & (gaze <= 0.5))
+        bridged(crisp, candidates & (gaze > 0.5), face_height), joined(crisp, candidates & (gaze <= 0.5))
     )
     # an occluder crossing the outline takes its part in the outline zone along (a microphone below the
     # chin); what lies only in that zone (the background past a jaw) is the rim guard's, not an occluder
-    crossing = np.maximum(crossing, _joined(crisp, (rim_evidence * (1.0 - protected)) > threshold))
+    crossing = np.maximum(crossing, joined(crisp, (rim_evidence * (1.0 - protected)) > threshold))
     crisp = np.maximum(crisp, crossing)
     grown = cv2.dilate(crisp, disc(2.0 * EDGE_GROWTH * face_height))
     mask = np.minimum(cv2.GaussianBlur(grown, (0, 0), SOFTNESS * face_height) * 2.0, 1.0)
@@ -353,7 +280,7 @@ def face_occlusion(
         fade = track.fade + FADE_WEIGHT * (fade - track.fade) if track.mask is not None else fade
         _remember(track, small, points, features, face_height, thresholds, model, cover)
         track.mask, track.origin, track.scale, track.fade = mask, origin, scale, fade
-    return Occlusion(mask=mask, cover=cover, fade=fade)
+    return Occlusion(mask=mask, factor=factor, cover=cover, fade=fade)
 
 
 def _fit(
