@@ -28,6 +28,7 @@ class FakeSwapSettings:
     enhancer: bool = False
     swap_enabled: bool = True
     mouth_mask: bool = True
+    latency_stamp: bool = False
 
 
 @dataclass

@@ -28,6 +28,7 @@ from streamer.realtime.metrics import DaemonMetrics
 from streamer.realtime.outbound_track import MediaFrame, OutboundTrack
 from streamer.realtime.pipeline_binding import PipelineBinding, Settings
 from streamer.realtime.session_outputs import SessionOutputs
+from streamer.realtime.stamp_blanking import without_stamp
 from streamer.realtime.swap_cadence import SwapCadence
 from streamer.realtime.worker_lane import InboundFrame, WorkerLane
 from streamer.transport.codec_tuning import prefer_codec
@@ -216,7 +217,8 @@ class PeerSession:
     def _push_out(self, item: InboundFrame, output: VideoFrame) -> None:
         if self._closed is not None:
             return
-        self.outputs.push_video(output)
+        stamped = self._lane.settings.latency_stamp and self.outputs.viewer_count
+        self.outputs.push_video(without_stamp(output) if stamped else output)
         if self._sends_video and not self._outbound.push(output, item.received_at):
             self._metrics.frames_dropped.labels(session_id=self.session_id).inc()
 

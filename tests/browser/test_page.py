@@ -40,6 +40,18 @@ def _with_stamp_module(body: str) -> str:
 
 _READ_STAMP_JS = _with_stamp_module("return stamp.readStamp(new Uint8ClampedArray(arguments[0]));")
 
+# the stamp (or null) in the top-left strip of the received video, drawn at the sent size (640x480)
+_REMOTE_STAMP_JS = _with_stamp_module("""
+const video = document.getElementById('remote-video');
+if (!video.videoWidth) return 'not playing';
+const canvas = document.createElement('canvas');
+canvas.width = 640;
+canvas.height = 480;
+const context = canvas.getContext('2d', { willReadFrequently: true });
+context.drawImage(video, 0, 0, 640, 480);
+return stamp.readStamp(context.getImageData(0, 0, stamp.STAMP_WIDTH, stamp.STAMP_BLOCK).data);
+""")
+
 _FACE_BLOCKS_JS = """
 const [x1, y1, x2, y2] = arguments[0];
 const block = arguments[1];
@@ -144,6 +156,7 @@ def test_call_swaps_the_face_and_shows_latency(
 ) -> None:
     browser.get(f"{daemon_url}/")
     _script_errors(browser)  # drain what earlier tests left
+    browser.find_element(By.NAME, "latency_stamp").click()  # the stamp is opt-in: this test measures
     browser.find_element(By.ID, "start-button").click()
 
     def decoding() -> bool:
@@ -213,6 +226,41 @@ def test_call_swaps_the_face_and_shows_latency(
         lambda: http_json(f"{daemon_url}/api/sessions/{session_id}")[0] == 404, 5, "the session to be deleted"
     )
     assert browser.find_element(By.ID, "call-state").text == "idle"
+
+
+def test_latency_stamp_is_off_unless_asked(browser: WebDriver, daemon_url: str) -> None:
+    browser.get(f"{daemon_url}/")
+    _script_errors(browser)
+    toggle = browser.find_element(By.NAME, "latency_stamp")
+    assert not toggle.is_selected()
+    browser.find_element(By.ID, "start-button").click()
+    _poll(lambda: _frames_decoded(browser) > 15, 25, "framesDecoded to grow")
+    session_id = browser.execute_script("return window.livefuse.sessionId;")
+
+    def session_settings() -> dict[str, Any]:
+        status, body = http_json(f"{daemon_url}/api/sessions/{session_id}")
+        assert status == 200 and isinstance(body, dict), (status, body)
+        return dict(body["settings"])
+
+    # off: several received frames, none carries a stamp, the session says so, the stat says how to turn it on
+    readings = [browser.execute_script(_REMOTE_STAMP_JS) for _ in range(10)]
+    assert readings == [None] * 10, readings
+    assert session_settings()["latency_stamp"] is False
+    _poll(lambda: "off" in browser.find_element(By.ID, "stat-latency").text, 5, "the latency stat to say off")
+
+    # on, mid-call: the session setting follows, stamps come back and latency is shown
+    toggle.click()
+    _poll(lambda: session_settings()["latency_stamp"], 5, "the session's latency_stamp setting")
+    _poll(
+        lambda: isinstance(browser.execute_script(_REMOTE_STAMP_JS), int), 10, "a stamp in the received video"
+    )
+    _poll(
+        lambda: re.fullmatch(r"\d+ / \d+ ms", browser.find_element(By.ID, "stat-latency").text),
+        10,
+        "the latency stat",
+    )
+    assert _script_errors(browser) == []
+    browser.find_element(By.ID, "stop-button").click()
 
 
 def test_upload_without_a_face_shows_the_server_error(

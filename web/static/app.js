@@ -1,4 +1,4 @@
-// livefuse page: camera -> stamped canvas -> WebRTC -> daemon (face swap) -> swapped video back,
+// livefuse page: camera -> canvas (stamped if measuring) -> WebRTC -> daemon (face swap) -> swapped video back,
 // with a source-photo upload, live settings and stats. Standard APIs only (current Chrome and Firefox).
 import { apiFetch, iceServers } from './api.js';
 import { LatencyWindow, StampReader, startLatencyReadout, startStamping } from './stamp.js';
@@ -7,7 +7,7 @@ import { formatCadence, formatNumber as fmt, formatProcessing, summariseRtp, vid
 const CAPTURE_FPS = 30;
 const ICE_GATHERING_TIMEOUT_MS = 5000;
 const STATS_INTERVAL_MS = 1000;
-const SETTING_NAMES = ['engine', 'face_selector', 'enhancer', 'swap_enabled', 'mouth_mask'];
+const SETTING_NAMES = ['engine', 'face_selector', 'enhancer', 'swap_enabled', 'mouth_mask', 'latency_stamp'];
 
 const $ = (id) => document.getElementById(id);
 const ui = {
@@ -141,7 +141,7 @@ async function startCall() {
     if (!ui.localVideo.videoWidth) {
       await new Promise((resolve) => ui.localVideo.addEventListener('loadedmetadata', resolve, { once: true }));
     }
-    current.stoppers.push(startStamping(ui.localVideo, ui.sendCanvas));
+    current.stoppers.push(startStamping(ui.localVideo, ui.sendCanvas, measuring));
     const sentWidth = ui.sendCanvas.width;
     const sentHeight = ui.sendCanvas.height;
     const outgoing = ui.sendCanvas.captureStream(CAPTURE_FPS);
@@ -156,7 +156,9 @@ async function startCall() {
     preferVp8(transceiver);
     pc.addEventListener('track', (event) => {
       ui.remoteVideo.srcObject = event.streams[0] ?? new MediaStream([event.track]);
-      current.stoppers.push(startLatencyReadout(ui.remoteVideo, stampReader, latency, sentWidth, sentHeight));
+      current.stoppers.push(
+        startLatencyReadout(ui.remoteVideo, stampReader, latency, sentWidth, sentHeight, measuring),
+      );
     });
     pc.addEventListener('connectionstatechange', () => {
       if (call !== current) return;
@@ -220,7 +222,11 @@ async function refreshStats(current) {
   const p50 = latency.percentile(0.5);
   const p95 = latency.percentile(0.95);
   window.livefuse.stats = { ...rtp, latencyP50: p50, latencyP95: p95 };
-  setStat('stat-latency', p50 === null ? '–' : `${fmt(p50)} / ${fmt(p95)} ms`);
+  if (!measuring()) {
+    setStat('stat-latency', 'off (tick "measure latency")');
+  } else {
+    setStat('stat-latency', p50 === null ? '–' : `${fmt(p50)} / ${fmt(p95)} ms`);
+  }
   setStat('stat-fps', `${fmt(rtp.fpsSent, 1)} / ${fmt(rtp.fpsReceived, 1)}`);
   setStat('stat-frames-decoded', String(rtp.framesDecoded));
   setStat('stat-bitrate', `${fmt(rtp.kbitsIn)} / ${fmt(rtp.kbitsOut)} kbit/s`);
@@ -321,6 +327,11 @@ async function uploadReference(file) {
 
 // ---- settings ------------------------------------------------------------------------------------
 
+/** The latency stamp is opt-in: only while "measure latency" is ticked are frames stamped and read. */
+function measuring() {
+  return readSetting('latency_stamp');
+}
+
 function readSetting(name) {
   const field = ui.settingsForm.elements[name];
   return field.type === 'checkbox' ? field.checked : field.value;
@@ -361,6 +372,7 @@ function onSettingChanged(event) {
   if (!SETTING_NAMES.includes(name)) return;
   const value = readSetting(name);
   dirtySettings[name] = value;
+  if (name === 'latency_stamp' && !value) latency.clear();
   if (call?.sessionId) patchSettings(call.sessionId, { [name]: value });
 }
 

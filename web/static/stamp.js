@@ -137,21 +137,28 @@ export function everyVideoFrame(video, onFrame) {
   };
 }
 
-/** Draws each camera frame into `canvas` (sized to the camera) and stamps it with the stamp clock. */
-export function startStamping(video, canvas) {
+/**
+ * Draws each camera frame into `canvas` (sized to the camera) and, while `stamping()` is true, stamps it
+ * with the stamp clock (the stamp is opt-in: the page's "measure latency" setting).
+ */
+export function startStamping(video, canvas, stamping = () => true) {
   canvas.width = video.videoWidth;
   canvas.height = video.videoHeight;
   const context = canvas.getContext('2d');
   return everyVideoFrame(video, () => {
     context.drawImage(video, 0, 0, canvas.width, canvas.height);
-    writeStamp(context, stampNow());
+    if (stamping()) writeStamp(context, stampNow());
   });
 }
 
-/** Reads the stamp of each received frame into `latencyWindow`: one sample per distinct stamp. */
-export function startLatencyReadout(video, reader, latencyWindow, sentWidth, sentHeight) {
+/**
+ * Reads the stamp of each received frame into `latencyWindow` while `reading()` is true: one sample per
+ * distinct stamp.
+ */
+export function startLatencyReadout(video, reader, latencyWindow, sentWidth, sentHeight, reading = () => true) {
   let lastStamp = null;
   return everyVideoFrame(video, () => {
+    if (!reading()) return;
     const stamp = reader.read(video, sentWidth, sentHeight);
     if (stamp === null || stamp === lastStamp) return;
     lastStamp = stamp;
