@@ -59,6 +59,7 @@ class SwapCadence:
         self._clock = clock
         self.share = SHARES[0]
         self.reason = "swapping every frame"
+        self.worker_busy: float | None = None  # the worker's busy share in the last judged window
         self._credit: dict[str, Fraction] = {}  # per session: spreads its admitted frames evenly
         self._window_start = clock()
         self._busy_at_start = busy_seconds()
@@ -84,7 +85,11 @@ class SwapCadence:
         self._credit.pop(session_id, None)
 
     def describe(self) -> dict[str, object]:
-        return {"swap_share": f"{self.share.numerator}/{self.share.denominator}", "reason": self.reason}
+        return {
+            "swap_share": f"{self.share.numerator}/{self.share.denominator}",
+            "reason": self.reason,
+            "worker_busy": None if self.worker_busy is None else round(self.worker_busy, 2),
+        }
 
     def _roll_window(self) -> None:
         now = self._clock()
@@ -97,6 +102,7 @@ class SwapCadence:
         self._window_start, self._busy_at_start, self._admitted, self._swapped = now, busy_now, 0, 0
         if admitted == 0:
             return
+        self.worker_busy = min(1.0, busy)
         ratio = min(1.0, swapped / admitted)
         policy = self.policy
         short = ratio < policy.lower_below or busy > policy.lower_above_busy
@@ -114,7 +120,10 @@ class SwapCadence:
                 f"load: {swapped} of {admitted} frames swapped in {elapsed:.1f} s, worker {busy:.0%} busy",
             )
         elif self._roomy_windows >= policy.windows_to_raise and up is not None:
-            self._set(up, f"headroom: worker {busy:.0%} busy")
+            self._set(
+                up,
+                f"raised: {swapped} of {admitted} frames swapped in {elapsed:.1f} s, worker {busy:.0%} busy",
+            )
 
     def _set(self, share: Fraction, reason: str) -> None:
         self._short_windows = self._roomy_windows = 0
