@@ -265,6 +265,16 @@ def test_latency_stamp_is_off_unless_asked(browser: WebDriver, daemon_url: str) 
     browser.find_element(By.ID, "stop-button").click()
 
 
+def _thumb(browser: WebDriver) -> str | None:
+    """The file the source thumbnail shows, None when it shows none."""
+    thumb = browser.find_element(By.ID, "source-thumb")
+    return None if thumb.get_attribute("hidden") is not None else thumb.get_attribute("data-file")
+
+
+def _source_state(browser: WebDriver) -> str | None:
+    return browser.find_element(By.ID, "source-status").get_attribute("data-state")
+
+
 def test_upload_without_a_face_shows_the_server_error(
     browser: WebDriver, daemon_url: str, tmp_path: Path
 ) -> None:
@@ -276,7 +286,45 @@ def test_upload_without_a_face_shows_the_server_error(
     browser.find_element(By.ID, "source-input").send_keys(str(blank))
     message = _poll(lambda: _page_error(browser), 10, "the error banner")
     assert "blank.png" in message and "422" in message
+    assert _thumb(browser) is None  # nothing is swapped, so no thumbnail
     browser.find_element(By.ID, "stop-button").click()
+    _poll(lambda: _page_error(browser) is None, 5, "Stop to clear the banner")
+
+
+def test_a_rejected_upload_keeps_showing_the_swapped_source(
+    browser: WebDriver, daemon_url: str, media_dir: Path, tmp_path: Path
+) -> None:
+    blank = tmp_path / "blank.png"
+    cv2.imwrite(str(blank), np.full((240, 320, 3), 200, np.uint8))
+    browser.get(f"{daemon_url}/")
+    browser.find_element(By.ID, "start-button").click()
+    session_id = _poll(lambda: browser.execute_script("return window.livefuse.sessionId;"), 20, "a session")
+    source_input = browser.find_element(By.ID, "source-input")
+    source_input.send_keys(str(media_dir / SOURCE_PHOTO))
+    _poll(lambda: _source_state(browser) == "set", 15, "the source to be accepted")
+    assert _thumb(browser) == SOURCE_PHOTO
+
+    source_input.send_keys(str(blank))
+    message = _poll(lambda: _page_error(browser), 10, "the error banner")
+    assert "blank.png" in message
+    assert _source_state(browser) == "rejected"
+    # the daemon still swaps the first photo, and the page shows that one, saying so
+    assert _thumb(browser) == SOURCE_PHOTO
+    assert SOURCE_PHOTO in browser.find_element(By.ID, "source-status").text
+    status, stats = http_json(f"{daemon_url}/api/sessions/{session_id}")
+    assert status == 200 and isinstance(stats, dict) and stats["has_source"] is True
+
+    # the next accepted upload clears the banner
+    source_input.send_keys(str(media_dir / SOURCE_PHOTO))
+    _poll(lambda: _page_error(browser) is None and _source_state(browser) == "set", 15, "the banner to clear")
+    assert _thumb(browser) == SOURCE_PHOTO
+
+    # and so does Stop after another rejection
+    source_input.send_keys(str(blank))
+    _poll(lambda: _page_error(browser), 10, "the error banner")
+    browser.find_element(By.ID, "stop-button").click()
+    _poll(lambda: _page_error(browser) is None, 5, "Stop to clear the banner")
+    assert _thumb(browser) == SOURCE_PHOTO  # kept for the next call, which sends it at start
 
 
 def test_denied_camera_permission_is_shown_to_the_user(

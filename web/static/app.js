@@ -251,6 +251,25 @@ async function refreshServerStats(current) {
 
 // ---- source photo --------------------------------------------------------------------------------
 
+/** The thumbnail shows `file` (null: the drop hint); it names the file for the user and the tests. */
+function showThumb(file) {
+  if (ui.sourceThumb.src) URL.revokeObjectURL(ui.sourceThumb.src);
+  if (!file) {
+    ui.sourceThumb.removeAttribute('src');
+    delete ui.sourceThumb.dataset.file;
+    ui.sourceThumb.hidden = true;
+    ui.sourceHint.hidden = false;
+    ui.sourceClear.disabled = true;
+    return;
+  }
+  ui.sourceThumb.src = URL.createObjectURL(file);
+  ui.sourceThumb.dataset.file = file.name;
+  ui.sourceThumb.title = file.name;
+  ui.sourceThumb.hidden = false;
+  ui.sourceHint.hidden = true;
+  ui.sourceClear.disabled = false;
+}
+
 function chooseSource(file) {
   if (!file) return;
   if (!file.type.startsWith('image/')) {
@@ -258,22 +277,23 @@ function chooseSource(file) {
     return;
   }
   clearError();
-  sourceFile = file;
-  if (ui.sourceThumb.src) URL.revokeObjectURL(ui.sourceThumb.src);
-  ui.sourceThumb.src = URL.createObjectURL(file);
-  ui.sourceThumb.hidden = false;
-  ui.sourceHint.hidden = true;
-  ui.sourceClear.disabled = false;
   if (call?.sessionId) {
-    uploadSource(file);
+    uploadSource(file); // the thumbnail changes only once the server has taken the photo
   } else {
+    sourceFile = file;
+    showThumb(file);
     ui.sourceStatus.textContent = 'will be sent when the call starts';
   }
 }
 
+/**
+ * PUT the photo. On success it is the source (thumbnail, `sourceFile`) and an old error goes away; on a
+ * rejection the server keeps swapping the previous source, so the thumbnail shows that one again.
+ */
 async function uploadSource(file) {
   const sessionId = call?.sessionId;
   if (!sessionId) return;
+  const previous = file === sourceFile ? null : sourceFile; // a pending photo sent at start has no older one
   ui.sourceStatus.textContent = 'uploading…';
   try {
     const answer = await apiFetch(`/api/sessions/${sessionId}/source`, {
@@ -282,10 +302,18 @@ async function uploadSource(file) {
       contentType: file.type,
     });
     const { width, height } = answer.source;
+    sourceFile = file;
+    showThumb(file);
+    clearError();
     ui.sourceStatus.textContent = `source set (${width}x${height})`;
     ui.sourceStatus.dataset.state = 'set';
   } catch (error) {
-    ui.sourceStatus.textContent = 'not accepted';
+    sourceFile = previous;
+    showThumb(previous);
+    ui.sourceInput.value = '';
+    ui.sourceStatus.textContent = previous
+      ? `"${file.name}" not accepted; still swapping "${previous.name}"`
+      : `"${file.name}" not accepted`;
     ui.sourceStatus.dataset.state = 'rejected';
     showError(error.status === 422 ? `No face found in "${file.name}": ${error.message}` : error.message);
   }
@@ -294,9 +322,7 @@ async function uploadSource(file) {
 async function clearSource() {
   sourceFile = null;
   ui.sourceInput.value = '';
-  ui.sourceThumb.hidden = true;
-  ui.sourceHint.hidden = false;
-  ui.sourceClear.disabled = true;
+  showThumb(null);
   ui.sourceStatus.textContent = '';
   delete ui.sourceStatus.dataset.state;
   if (!call?.sessionId) return;
@@ -379,7 +405,10 @@ function onSettingChanged(event) {
 // ---- wiring --------------------------------------------------------------------------------------
 
 ui.start.addEventListener('click', startCall);
-ui.stop.addEventListener('click', stopCall);
+ui.stop.addEventListener('click', () => {
+  clearError(); // the user ended the call: what went wrong in it is over too
+  stopCall();
+});
 $('error-dismiss').addEventListener('click', clearError);
 ui.settingsForm.addEventListener('change', onSettingChanged);
 ui.sourceInput.addEventListener('change', () => chooseSource(ui.sourceInput.files[0]));
