@@ -53,6 +53,10 @@ def _rate(stamps: deque[float], now: float) -> float:
     return round(len(stamps) / FPS_WINDOW_S, 1)
 
 
+def _resolution(size: tuple[int, int] | None) -> dict[str, int] | None:
+    return None if size is None else {"width": size[0], "height": size[1]}
+
+
 class PeerSession:
     """`accept_offer()` starts it; `close()` is idempotent and works before start and after a failure."""
 
@@ -90,6 +94,8 @@ class PeerSession:
         self.source_info: SourceInfo | None = None
         self.reference_sha256: str | None = None
         self.frames_in = 0
+        self.resolution_in: tuple[int, int] | None = None  # (width, height) of the newest frame received
+        self.resolution_out: tuple[int, int] | None = None  # of the newest frame sent (to the peer, viewers)
         self._in_stamps: deque[float] = deque()
         self._out_stamps: deque[float] = deque()
         self._extra = {"session_id": session_id}
@@ -179,6 +185,7 @@ class PeerSession:
                     return
                 timeout = self._idle_timeout_s
                 assert isinstance(frame, VideoFrame)
+                self.resolution_in = (frame.width, frame.height)
                 self._count_in()
                 item = InboundFrame(frame, time.monotonic())
                 lane = self._lane
@@ -217,6 +224,7 @@ class PeerSession:
     def _push_out(self, item: InboundFrame, output: VideoFrame) -> None:
         if self._closed is not None:
             return
+        self.resolution_out = (output.width, output.height)
         stamped = self._lane.settings.latency_stamp and self.outputs.viewer_count
         self.outputs.push_video(without_stamp(output) if stamped else output)
         if self._sends_video and not self._outbound.push(output, item.received_at):
@@ -274,6 +282,8 @@ class PeerSession:
             },
             "fps_in": _rate(self._in_stamps, now),
             "fps_out": _rate(self._out_stamps, now),
+            "resolution_in": _resolution(self.resolution_in),
+            "resolution_out": _resolution(self.resolution_out),
             "settings": asdict(self._lane.settings),
             "has_source": self._lane.source is not None,
             "has_reference": self.reference_sha256 is not None,

@@ -117,15 +117,33 @@ function iceGatheringComplete(pc) {
   });
 }
 
+/** What the camera is asked for: the "Camera" setting (480p / 720p / 1080p; 720p unless changed). */
+function cameraConstraints() {
+  const [width, height] = ui.settingsForm.elements.camera_resolution.value.split('x').map(Number);
+  return { width: { ideal: width }, height: { ideal: height }, frameRate: { ideal: CAPTURE_FPS } };
+}
+
 async function openCamera() {
   try {
-    return await navigator.mediaDevices.getUserMedia({
-      audio: false,
-      video: { width: { ideal: 640 }, height: { ideal: 480 }, frameRate: { ideal: CAPTURE_FPS } },
-    });
+    return await navigator.mediaDevices.getUserMedia({ audio: false, video: cameraConstraints() });
   } catch (error) {
     throw new Error(cameraErrorMessage(error));
   }
+}
+
+/** A new "Camera" choice during a call: the running camera is asked again (the call goes on). */
+async function applyCameraResolution() {
+  const track = call?.camera?.getVideoTracks()[0];
+  if (!track) return;
+  try {
+    await track.applyConstraints(cameraConstraints());
+  } catch (error) {
+    showError(`The camera cannot do ${ui.settingsForm.elements.camera_resolution.value}: ${error.message || error.name}`);
+  }
+}
+
+function formatResolution(size) {
+  return size ? `${size.width}x${size.height}` : '–';
 }
 
 async function startCall() {
@@ -142,8 +160,6 @@ async function startCall() {
       await new Promise((resolve) => ui.localVideo.addEventListener('loadedmetadata', resolve, { once: true }));
     }
     current.stoppers.push(startStamping(ui.localVideo, ui.sendCanvas, measuring));
-    const sentWidth = ui.sendCanvas.width;
-    const sentHeight = ui.sendCanvas.height;
     const outgoing = ui.sendCanvas.captureStream(CAPTURE_FPS);
 
     const pc = new RTCPeerConnection({ iceServers: await iceServers() });
@@ -157,7 +173,7 @@ async function startCall() {
     pc.addEventListener('track', (event) => {
       ui.remoteVideo.srcObject = event.streams[0] ?? new MediaStream([event.track]);
       current.stoppers.push(
-        startLatencyReadout(ui.remoteVideo, stampReader, latency, sentWidth, sentHeight, measuring),
+        startLatencyReadout(ui.remoteVideo, stampReader, latency, ui.sendCanvas, measuring),
       );
     });
     pc.addEventListener('connectionstatechange', () => {
@@ -231,6 +247,9 @@ async function refreshStats(current) {
   setStat('stat-frames-decoded', String(rtp.framesDecoded));
   setStat('stat-bitrate', `${fmt(rtp.kbitsIn)} / ${fmt(rtp.kbitsOut)} kbit/s`);
   setStat('stat-jitter', fmt(rtp.jitterMs, 1, ' ms'));
+  const asked = ui.settingsForm.elements.camera_resolution.value;
+  const camera = ui.localVideo.videoWidth ? `${ui.localVideo.videoWidth}x${ui.localVideo.videoHeight}` : '–';
+  setStat('stat-camera', `${camera} (asked ${asked})`);
   await refreshServerStats(current);
 }
 
@@ -242,6 +261,7 @@ async function refreshServerStats(current) {
     window.livefuse.server = server;
     setStat('stat-server-frames', `${server.frames_in} / ${server.frames_out} / ${server.frames_dropped}`);
     setStat('stat-server-fps', `${fmt(server.fps_in, 1)} / ${fmt(server.fps_out, 1)}`);
+    setStat('stat-resolution', `${formatResolution(server.resolution_in)} / ${formatResolution(server.resolution_out)}`);
     setStat('stat-processing', formatProcessing(server.processing_ms));
     setStat('stat-cadence', formatCadence(server.quality));
   } catch (error) {
@@ -395,6 +415,10 @@ async function syncSettings(current) {
 
 function onSettingChanged(event) {
   const name = event.target.name;
+  if (name === 'camera_resolution') {
+    applyCameraResolution(); // the page's own choice, not a session setting
+    return;
+  }
   if (!SETTING_NAMES.includes(name)) return;
   const value = readSetting(name);
   dirtySettings[name] = value;
