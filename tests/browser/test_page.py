@@ -40,9 +40,9 @@ def _with_stamp_module(body: str) -> str:
 
 _READ_STAMP_JS = _with_stamp_module("return stamp.readStamp(new Uint8ClampedArray(arguments[0]));")
 
-# the stamp (or null) in the top-left strip of the received video, drawn at the sent size (640x480)
-_REMOTE_STAMP_JS = _with_stamp_module("""
-const video = document.getElementById('remote-video');
+# the stamp (or null) in the top-left strip of a received video, drawn at the sent size (640x480)
+_STAMP_OF_VIDEO_JS = """
+const video = document.getElementById(VIDEO_ID);
 if (!video.videoWidth) return 'not playing';
 const canvas = document.createElement('canvas');
 canvas.width = 640;
@@ -50,7 +50,9 @@ canvas.height = 480;
 const context = canvas.getContext('2d', { willReadFrequently: true });
 context.drawImage(video, 0, 0, 640, 480);
 return stamp.readStamp(context.getImageData(0, 0, stamp.STAMP_WIDTH, stamp.STAMP_BLOCK).data);
-""")
+"""
+_REMOTE_STAMP_JS = _with_stamp_module(_STAMP_OF_VIDEO_JS.replace("VIDEO_ID", "'remote-video'"))
+_VIEWER_STAMP_JS = _with_stamp_module(_STAMP_OF_VIDEO_JS.replace("VIDEO_ID", "'viewer-video'"))
 
 _FACE_BLOCKS_JS = """
 const [x1, y1, x2, y2] = arguments[0];
@@ -261,6 +263,19 @@ def test_latency_stamp_is_off_unless_asked(browser: WebDriver, daemon_url: str) 
         10,
         "the latency stat",
     )
+
+    # a viewer of this call (/view, a WHEP client) sees the picture without the stamp
+    page = browser.current_window_handle
+    browser.switch_to.new_window("window")
+    try:
+        browser.get(f"{daemon_url}/view/{session_id}")
+        _poll(lambda: browser.execute_script(_VIEWER_STAMP_JS) != "not playing", 15, "the viewer to play")
+        viewer_readings = [browser.execute_script(_VIEWER_STAMP_JS) for _ in range(10)]
+        assert viewer_readings == [None] * 10, viewer_readings
+    finally:
+        browser.close()
+        browser.switch_to.window(page)
+    assert isinstance(browser.execute_script(_REMOTE_STAMP_JS), int)  # the caller still gets its stamps
     assert _script_errors(browser) == []
     browser.find_element(By.ID, "stop-button").click()
 

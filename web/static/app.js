@@ -33,6 +33,9 @@ let call = null;
 let sourceFile = null;
 let referenceFile = null;
 const dirtySettings = {}; // settings the user changed before a session existed
+// Frames are stamped only once the session has taken `latency_stamp: true`: from then on the daemon keeps
+// the stamp off what others watch, so no stamped frame reaches a viewer before the daemon knows.
+let stampConfirmed = false;
 const latency = new LatencyWindow();
 const stampReader = new StampReader($('stamp-canvas'));
 
@@ -159,7 +162,7 @@ async function startCall() {
     if (!ui.localVideo.videoWidth) {
       await new Promise((resolve) => ui.localVideo.addEventListener('loadedmetadata', resolve, { once: true }));
     }
-    current.stoppers.push(startStamping(ui.localVideo, ui.sendCanvas, measuring));
+    current.stoppers.push(startStamping(ui.localVideo, ui.sendCanvas, stamping));
     const outgoing = ui.sendCanvas.captureStream(CAPTURE_FPS);
 
     const pc = new RTCPeerConnection({ iceServers: await iceServers() });
@@ -225,6 +228,7 @@ async function stopCall() {
   ui.localVideo.srcObject = null;
   ui.remoteVideo.srcObject = null;
   window.livefuse.sessionId = null;
+  stampConfirmed = false;
   latency.clear();
 }
 
@@ -378,12 +382,18 @@ function measuring() {
   return readSetting('latency_stamp');
 }
 
+/** Stamp only what the session knows is stamped (see `stampConfirmed`). */
+function stamping() {
+  return measuring() && stampConfirmed;
+}
+
 function readSetting(name) {
   const field = ui.settingsForm.elements[name];
   return field.type === 'checkbox' ? field.checked : field.value;
 }
 
 function showSettings(settings) {
+  if ('latency_stamp' in settings) stampConfirmed = Boolean(settings.latency_stamp);
   for (const name of SETTING_NAMES) {
     const field = ui.settingsForm.elements[name];
     if (!(name in settings)) continue;
