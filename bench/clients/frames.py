@@ -76,7 +76,7 @@ def panning_face_frames(
     x1, y1, x2, y2 = TARGET_FACE_BOX
     scale = width * face_share / (x2 - x1)
     interpolation = cv2.INTER_AREA if scale < 1 else cv2.INTER_LINEAR
-    scaled = cv2.resize(photo, None, fx=scale, fy=scale, interpolation=interpolation)
+    scaled = np.asarray(cv2.resize(photo, None, fx=scale, fy=scale, interpolation=interpolation), np.uint8)
     centre_x, centre_y = (x1 + x2) / 2 * scale, (y1 + y2) / 2 * scale
     frames: list[Frame] = []
     for index in range(count):

@@ -4,6 +4,7 @@ converted; the label is converted where it was drawn."""
 
 import asyncio
 import time
+from collections.abc import Callable
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,12 @@ from gpu_ops.i420_patch import changed_boxes, even_box
 from streamer.outputs.provenance import draw_label
 from streamer.realtime.batch_worker import BatchWorker
 from streamer.realtime.device_frames import HostTransfers, planes_of_video_frame
-from streamer.realtime.frame_conversion import DeviceFrameConversion, HostFrameConversion, Swscale
+from streamer.realtime.frame_conversion import (
+    DeviceFrameConversion,
+    FrameConversion,
+    HostFrameConversion,
+    Swscale,
+)
 from streamer.realtime.worker_lane import InboundFrame, WorkerLane
 from tests.fakes_pipeline import FakePipeline, FakeSource, FakeStreamState, FakeSwapSettings, fake_binding
 
@@ -59,7 +65,10 @@ def assert_decoder_bits_where_untouched(
     assert not np.array_equal(y[changed], decoded[0][changed])
 
 
-CONVERSIONS = {"host": HostFrameConversion, "device mirror": lambda: DeviceFrameConversion(HostTransfers())}
+CONVERSIONS: dict[str, Callable[[], FrameConversion]] = {
+    "host": HostFrameConversion,
+    "device mirror": lambda: DeviceFrameConversion(HostTransfers()),
+}
 
 
 @pytest.mark.parametrize("path", sorted(CONVERSIONS))
