@@ -272,6 +272,16 @@ def configure_logging(level: str, log_format: str) -> None:
         logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLevelName(level)))
 
 
+def check_models_dir(args: argparse.Namespace) -> None:
+    """A models directory the user named (`--models-dir`, $LIVEFUSE_MODELS) must exist before any command
+    reads it, or the bundled default models would be used in silence; `models fetch` creates it."""
+    if not hasattr(args, "models_dir") or getattr(args, "models_command", None) == "fetch":
+        return
+    from models.model_files import resolve_models_dir
+
+    resolve_models_dir(args.models_dir, must_exist=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure_logging(args.log_level, args.log_format or ("json" if args.command == "serve" else "text"))
@@ -279,6 +289,7 @@ def main(argv: list[str] | None = None) -> int:
 
     run: Callable[[argparse.Namespace], int] = importlib.import_module(COMMANDS[args.command]).run
     try:
+        check_models_dir(args)
         return run(args)
     except LivefuseError as error:
         sys.stderr.write(f"error: {error}\n")
