@@ -62,6 +62,7 @@ def test_an_empty_models_dir_finds_the_bundled_files(tmp_path: Path) -> None:
 def test_a_copy_in_the_models_dir_wins_even_when_broken(tmp_path: Path) -> None:
     spec = MODELS["yunet_n"]
     own = tmp_path / spec.file_name
+    assert spec.size_bytes is not None
     own.write_bytes(b"\0" * spec.size_bytes)  # the right size, the wrong bytes
     store = ModelStore(tmp_path)
     assert store.file_path("yunet_n") == own and store.location("yunet_n") == "models dir"
