@@ -43,8 +43,11 @@ def _session(request: web.Request) -> PeerSession:
     session_id = request.match_info["session_id"]
     session = registry.get(session_id) if registry is not None else None
     if session is None:
+        reason = registry.ended_reason(session_id) if registry is not None else None
+        message = f"session {session_id!r} was ended by the server: {reason}" if reason else None
         raise web.HTTPNotFound(
-            text=json.dumps({"error": f"no session {session_id!r}"}), content_type="application/json"
+            text=json.dumps({"error": message or f"no session {session_id!r}"}),
+            content_type="application/json",
         )
     return session
 
