@@ -9,6 +9,7 @@ import errno
 import logging
 import signal
 import ssl
+from dataclasses import asdict
 from typing import Any
 
 from aiohttp import web
@@ -42,6 +43,9 @@ def load_pipeline_binding(args: argparse.Namespace) -> PipelineBinding:
 
     pipeline = FramePipeline.load(resolve_models_dir(args.models_dir), config_from_args(PipelineConfig, args))
     defaults = config_from_args(SwapSettings, args)
+    refusal = pipeline.capabilities().refusal(asdict(defaults))
+    if refusal is not None:  # e.g. --enhancer without GFPGAN: every call would ask for it in vain
+        raise InvalidInputError(f"the flags ask for what this daemon cannot run: {refusal}")
     return PipelineBinding(
         pipeline,
         make_job=FrameJob,

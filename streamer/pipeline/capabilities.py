@@ -98,8 +98,10 @@ def unavailable_parts(
     if inswapper is None:
         details = "; ".join(store.check(name).detail for name in missing) or "it was not loaded"
         unavailable["inswapper"] = f"the inswapper engine needs {', '.join(missing)}: {details}"
+        enhancer = store.check(enhancer_model)
+        needs = "" if enhancer.ok else f"; it also needs {enhancer_model}: {enhancer.detail}"
         unavailable[FEATURE_ENHANCER] = (
-            "the enhancer runs on the inswapper engine, which is not available here"
+            f"the enhancer runs on the inswapper engine, which is not available here (see engine inswapper){needs}"
         )
     elif getattr(inswapper, "enhancer", None) is None:
         detail = store.check(enhancer_model).detail

@@ -123,3 +123,15 @@ def test_help_shows_defaults_and_explains_the_port() -> None:
     assert "--port PORT TCP port of the page and the API (default: 8080)" in text
     assert "(default: 127.0.0.1)" in text and "(default: auto)" in text and "(default: yunet_n)" in text
     assert "(default: None)" not in text and "(default: False)" not in text
+
+
+def test_serve_flags_asking_for_an_unavailable_feature_name_it(tmp_path: Path) -> None:
+    """--enhancer without GFPGAN (and the inswapper it runs on): refused at start with the fix, not
+    silently ignored on every frame. Only the bundled models are found in an empty directory."""
+    empty = tmp_path / "models"
+    empty.mkdir()
+    result = _run("serve", "--port", "0", "--models-dir", empty, "--enhancer")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "enhancer is not available" in errors[0] and "gfpgan_1.4" in errors[0]
+    assert "models fetch gfpgan_1.4" in errors[0]
