@@ -72,11 +72,14 @@ class SessionRegistry:
             raise
         return session, answer
 
-    async def end(self, session_id: str) -> bool:
-        """Close and forget one session; False when there is no such session."""
+    async def end(self, session_id: str, reason: str | None = None) -> bool:
+        """Close and forget one session; False when there is no such session. `reason`: the daemon ends
+        it on its own (idle, failing), and says so to the client's next request (`ended_reason`)."""
         session = self._sessions.pop(session_id, None)
         if session is None:
             return False
+        if reason is not None:
+            self._remember_ended(session_id, reason)
         self._metrics.active_sessions.set(len(self._sessions))
         await session.close()
         return True
@@ -85,14 +88,17 @@ class SessionRegistry:
         # called from the session's own callbacks: close it in a task this registry owns
         if session_id not in self._sessions or self._closed:
             return
-        self._ended[session_id] = reason
-        while len(self._ended) > ENDED_REASONS_KEPT:
-            self._ended.popitem(last=False)
+        self._remember_ended(session_id, reason)
         task = asyncio.get_running_loop().create_task(
             self._end_reported(session_id), name=f"end-{session_id}"
         )
         self._closing.add(task)
         task.add_done_callback(self._closing.discard)
+
+    def _remember_ended(self, session_id: str, reason: str) -> None:
+        self._ended[session_id] = reason
+        while len(self._ended) > ENDED_REASONS_KEPT:
+            self._ended.popitem(last=False)
 
     async def _end_reported(self, session_id: str) -> None:
         await self.end(session_id)

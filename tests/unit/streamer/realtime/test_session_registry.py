@@ -50,6 +50,13 @@ async def test_a_session_the_daemon_ends_leaves_its_reason() -> None:
     )
 
 
+async def test_a_session_the_daemon_reaps_leaves_its_reason() -> None:
+    registry, _ = _registry()
+    session, _ = await registry.open(OFFER)
+    assert await registry.end(session.session_id, "idle: no video for 5.0 s")
+    assert registry.ended_reason(session.session_id) == "idle: no video for 5.0 s"
+
+
 async def test_a_session_its_client_ends_leaves_none() -> None:
     registry, _ = _registry()
     session, _ = await registry.open(OFFER)
