@@ -291,6 +291,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench.add_argument("--width", type=int, default=640, help="frame width (px)")
     bench.add_argument("--height", type=int, default=480, help="frame height (px)")
+    bench.add_argument(
+        "--face-size",
+        type=float,
+        default=None,
+        help="share of the frame's width the face takes, 0.02-0.9 (default a third, the frames of old)",
+    )
     bench.add_argument("--media-dir", help="directory with face photos to use as frames and sources")
     bench.add_argument("--output", help="also write the results as JSON to this file")
     add_model_options(bench)

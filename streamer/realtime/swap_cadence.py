@@ -1,5 +1,5 @@
 """Adaptive swap cadence: when the worker cannot swap the sessions' frames as fast as they come, every
-session swaps fewer of them (3 of 4, 2 of 3, 1 of 2 ... down to 1 of 4), evenly spread, and sends only
+session swaps fewer of them (3 of 4, 2 of 3, 1 of 2 ... down to 1 of 6), evenly spread, and sends only
 those, instead of letting the mailboxes drop frames at random behind a saturated worker. One share for
 all sessions of a worker, so each call gets the same share of its frames swapped (fairness). The video resolution
 stays; the frame rate goes down evenly; the worker keeps some headroom, so an admitted frame waits for
@@ -26,9 +26,11 @@ from fractions import Fraction
 
 logger = logging.getLogger(__name__)
 
-# the shares of frames a session may swap, most first; 1/4 of 30 fps is 7.5 frames/s
+# the shares of frames a session may swap, most first; 1/6 of 30 fps is 5 frames/s. The last steps are
+# for 1080p on a small CPU: a swap of up to 180 ms still leaves the worker 10 % headroom at 1/6, so an
+# admitted frame never waits behind another (tests/unit/streamer/realtime/test_cadence_under_slow_swaps.py)
 SHARES: tuple[Fraction, ...] = tuple(
-    Fraction(n, d) for n, d in ((1, 1), (3, 4), (2, 3), (1, 2), (2, 5), (1, 3), (1, 4))
+    Fraction(n, d) for n, d in ((1, 1), (3, 4), (2, 3), (1, 2), (2, 5), (1, 3), (1, 4), (1, 5), (1, 6))
 )
 
 
