@@ -1,6 +1,7 @@
 // livefuse page: camera -> canvas (stamped if measuring) -> WebRTC -> daemon (face swap) -> swapped video back,
 // with a source-photo upload, live settings and stats. Standard APIs only (current Chrome and Firefox).
 import { apiFetch, iceServers } from './api.js';
+import { applyCapabilities, loadCapabilities } from './capabilities.js';
 import { LatencyWindow, StampReader, startLatencyReadout, startStamping } from './stamp.js';
 import { formatCadence, formatNumber as fmt, formatProcessing, summariseRtp, videoRtpReports } from './stats.js';
 
@@ -40,7 +41,7 @@ const latency = new LatencyWindow();
 const stampReader = new StampReader($('stamp-canvas'));
 
 // Read by the browser test and handy in the console.
-window.livefuse = { latency, stats: {}, server: null, sessionId: null };
+window.livefuse = { latency, stats: {}, server: null, sessionId: null, capabilities: null };
 
 // ---- feedback ------------------------------------------------------------------------------------
 
@@ -58,7 +59,7 @@ function clearError() {
 function setCallState(state) {
   ui.callState.textContent = state;
   ui.callState.dataset.state = state;
-  const active = !['idle', 'failed', 'closed'].includes(state);
+  const active = !['idle', 'failed', 'closed', 'ended'].includes(state);
   ui.start.disabled = active;
   ui.stop.disabled = !active;
 }
@@ -180,7 +181,7 @@ async function startCall() {
       );
     });
     pc.addEventListener('connectionstatechange', () => {
-      if (call !== current) return;
+      if (call !== current || current.ended) return;
       setCallState(pc.connectionState);
       if (pc.connectionState === 'failed') {
         showError('The connection to the server failed (ICE/DTLS). Press Stop, then Start to retry.');
@@ -200,6 +201,7 @@ async function startCall() {
     if (call !== current) return; // stopped while we waited
     setCallState(pc.connectionState === 'new' ? 'connecting' : pc.connectionState);
     current.timer = setInterval(() => refreshStats(current), STATS_INTERVAL_MS);
+    await showCapabilities(!window.livefuse.capabilities); // the token is known now
     await syncSettings(current);
     if (sourceFile) await uploadSource(sourceFile);
     if (referenceFile) await uploadReference(referenceFile);
@@ -209,10 +211,10 @@ async function startCall() {
   }
 }
 
-async function stopCall() {
+async function stopCall(finalState = 'idle') {
   const current = call;
   call = null;
-  setCallState('idle');
+  setCallState(finalState);
   if (!current) return;
   clearInterval(current.timer);
   current.stoppers.forEach((stop) => stop());
@@ -269,8 +271,22 @@ async function refreshServerStats(current) {
     setStat('stat-processing', formatProcessing(server.processing_ms));
     setStat('stat-cadence', formatCadence(server.quality));
   } catch (error) {
-    if (call === current) showError(error.message);
+    if (call !== current) return;
+    if (error.status === 404) {
+      endedByServer(current, error.message);
+    } else {
+      showError(error.message);
+    }
   }
+}
+
+/** The daemon closed this call (its frames kept failing, it went idle, it shut down): say so, free the
+ * camera, and never leave the header saying "connected" over a frozen video. */
+function endedByServer(current, message) {
+  current.ended = true;
+  current.sessionId = null; // nothing to DELETE: the server has forgotten it
+  showError(`The server ended this call: ${message}. Press Start for a new one.`);
+  stopCall('ended');
 }
 
 // ---- source photo --------------------------------------------------------------------------------
@@ -410,7 +426,22 @@ async function patchSettings(sessionId, changes) {
     showSettings(await apiFetch(`/api/sessions/${sessionId}/settings`, { method: 'PATCH', json: changes }));
   } catch (error) {
     showError(error.message);
+    if (error.status !== 409) return;
+    // refused (not available on this daemon): the call goes on as it was; show what is in effect
+    for (const name of Object.keys(changes)) delete dirtySettings[name];
+    try {
+      const session = await apiFetch(`/api/sessions/${sessionId}`);
+      if (session?.settings) showSettings(session.settings);
+    } catch (refreshError) {
+      console.warn('livefuse: settings not refreshed:', refreshError.message);
+    }
   }
+}
+
+/** Offer only what this daemon can run (GET /api/capabilities); `reload` asks again. */
+async function showCapabilities(reload, askToken = true) {
+  if (reload) window.livefuse.capabilities = await loadCapabilities({ askToken });
+  applyCapabilities(ui.settingsForm, window.livefuse.capabilities, $('capabilities-status'));
 }
 
 /** On a new session: the server's defaults win, except what the user changed before starting. */
@@ -466,3 +497,4 @@ window.addEventListener('pagehide', () => {
   if (call?.sessionId) apiFetch(`/api/sessions/${call.sessionId}`, { method: 'DELETE', keepalive: true }).catch(() => {});
 });
 setCallState('idle');
+showCapabilities(true, false); // without a token yet this waits for Start
