@@ -186,21 +186,24 @@ def _previous_mask(
 def face_occlusion(
     region: object,
     mesh: Points,
-    origin: tuple[float, float],
+    origin: tuple[float, float] = (0.0, 0.0),
+    frame_scale: float = 1.0,
     track: OcclusionTrack | None = None,
     thresholds: OcclusionThresholds | None = None,
 ) -> Occlusion:
-    """The occlusion of one face: `region` is the face box of the frame (H x W x 3 uint8 RGB, host or
-    device), `mesh` its 468 points in frame px, `origin` the box's top-left corner in frame px; with
-    `track` the decision is the track's (skin model, hysteresis, fade: see module docstring)."""
+    """The occlusion of one face: `region` is its face box (H x W x 3 uint8 RGB, host or device), `mesh`
+    its 468 points in region px; `origin` is the box's top-left corner in frame px and `frame_scale` the
+    region's px per frame px (a box swapped at a working resolution), so a track's mask follows the face
+    in the frame; with `track` the decision is the track's (skin model, hysteresis, fade: see module
+    docstring)."""
     thresholds = thresholds or OcclusionThresholds()
     host = to_host(region)
     factor = working_factor(mesh)
-    scale = 1.0 / factor
+    scale = frame_scale / factor  # working px per frame px
     small = working_image(host, factor)
     size = (small.shape[1], small.shape[0])
-    # a cell's centre is the centre of its factor x factor frame pixels
-    points = ((mesh[:, :2] - np.asarray(origin, np.float32) + 0.5) * scale - 0.5).astype(np.float32)
+    # a cell's centre is the centre of its factor x factor region pixels
+    points = ((mesh[:, :2] + 0.5) / factor - 0.5).astype(np.float32)
     face_height = float(np.linalg.norm(points[topology.CHIN_BOTTOM] - points[topology.FOREHEAD_TOP]))
     # the pasted outline: above the brows it is lowered below the hairline (mesh_source.py)
     oval = fill_polygons_cpu(size, [lowered_outline(points, MeshSourceConfig().forehead_drop)]) > 0
