@@ -1,9 +1,10 @@
-"""What the mesh engine's issue-12 steps cost: the same frames swapped with the steps on and off, in
-alternating rounds (this machine's speed drifts 15 % and more, so the two sides must take turns).
+"""What the mesh engine's issue-12 steps and the issue-18 occlusion mask cost: the same frames swapped
+with the steps on and off, in alternating rounds (this machine's speed drifts 15 % and more, so the two sides must take turns).
 
 Per frame: the multi-band blend with its band masks, the rim guard and the per-track smoothing, against
 the single feathered blend with no guard and no memory (MeshConfig(blend="feather", rim_guard=None,
-smoothing=None)). Per source: the skin mask
+smoothing=None)), and the steps without only the target occlusion mask (MeshConfig(occlusion=None), issue
+18). Per source: the skin mask
 and occluder fill (MeshSourceConfig.skin_mask). 640x480 panning frames of the bench's target photo, one
 face, ORT and OpenCV on this CPU; prints medians per round and the differences.
 

@@ -130,13 +130,15 @@ def test_a_target_covered_all_over_keeps_its_own_pixels(
     """A face whose oval is all unlike skin (the painted triangles: as if a hand covered it) is not
     swapped at all with occlusion on, so no eyes or lips are drawn on what covers it; off, it is."""
     engine = make_engine(source_mesh, occlusion=True)
+    heard: list[None] = []
+    engine.add_occlusion_listener(lambda: heard.append(None))  # /metrics counts through this
     source = engine.prepare_source(source_image)
     target_mesh = place(FRONTAL_MESH, (300, 230), 180)
     frame = painted_face((640, 480), target_mesh, seed=2)
     swapped = engine.swap(frame, [tracked(target_mesh)], source, SwapOptions())
     assert engine.last_occlusion is not None and engine.last_occlusion.cover > 0.65
     assert engine.last_occlusion.fade == 0.0 and np.array_equal(swapped, frame)
-    assert engine.occluded_faces == 1
+    assert engine.occluded_faces == 1 and len(heard) == 1
     pasted = engine.swap(frame, [tracked(target_mesh)], source, SwapOptions(occlusion=False))
     assert not np.array_equal(pasted, frame)
 
