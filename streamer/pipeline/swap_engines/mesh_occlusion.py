@@ -225,10 +225,13 @@ def face_occlusion(
     rows = np.arange(size[1], dtype=np.float32)[:, None]
     beard_start = float(points[topology.NOSE_BASE_MIDDLE, 1]) - BEARD_FROM * face_height
     beard_zone = smoothstep((rows - beard_start) / (0.03 * face_height)) * np.ones((1, size[0]), np.float32)
-    map_x, map_y = mirror_rows(points, oval)
-    mirrored_dark = cv2.remap(dark, map_x, map_y, cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT)
-    mirrored_dark = cv2.erode(mirrored_dark, disc(0.02 * face_height))  # a beard's edge is not exact
-    asymmetric = np.clip(dark - cv2.dilate(mirrored_dark, disc(0.06 * face_height)), 0.0, 1.0)
+    # (only the rows from the beard zone's start, with the reach of the erode and dilate above it)
+    top = int(np.clip(np.floor(beard_start - 0.1 * face_height), 0, size[1] - 1))
+    map_x, map_y = mirror_rows(points - np.array([0.0, top], np.float32), oval[top:])
+    mirrored = cv2.remap(dark[top:], map_x, map_y, cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT)
+    mirrored = cv2.erode(mirrored, disc(0.02 * face_height))  # a beard's edge is not exact
+    asymmetric = np.zeros_like(dark)
+    asymmetric[top:] = np.clip(dark[top:] - cv2.dilate(mirrored, disc(0.06 * face_height)), 0.0, 1.0)
     dark_evidence = dark * (1.0 - beard_zone) + asymmetric * beard_zone
     protected = feather_outside_cpu(
         ((features > 0) & ~lips).astype(np.uint8), FEATURE_MARGIN * face_height, 0.015 * face_height
