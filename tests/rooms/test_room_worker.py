@@ -1,0 +1,121 @@
+"""A room job on the daemon against a real Janus: an aiortc publisher sends stamped video into a room,
+`POST /api/rooms` makes the daemon swap it, three aiortc subscribers get "alice (swapped)" (frames
+swapped, in order, latency measured, audio passed through); the publisher leaves and the swapped feed is
+gone within 2 s, comes back and is picked up again."""
+
+import asyncio
+import time
+from collections.abc import Callable
+
+import aiohttp
+import numpy as np
+
+from bench.clients.janus_peers import JanusPublisher, JanusSubscriber
+from tests.fakes_pipeline import face_box, fake_binding, source_colour
+from tests.integration.daemon_harness import running_daemon
+from tests.rooms.janus_server import OPEN_ROOM, JanusServer
+from tests.rooms.room_harness import (
+    absent,
+    publishing,
+    publishing_as,
+    room_config,
+    room_probe,
+    source_body,
+    textured_frame,
+    wait_participants,
+)
+
+FEED = 7001
+
+
+def swapped_share(frame: np.ndarray, colour: tuple[int, int, int]) -> float:
+    """The share of the face box painted in the source's colour (codec noise allowed)."""
+    x1, y1, x2, y2 = face_box(frame)
+    box = frame[y1 + 4 : y2 - 4, x1 + 4 : x2 - 4].astype(np.int16)
+    close = np.all(np.abs(box - np.array(colour, np.int16)) <= 12, axis=2)
+    return float(close.mean())
+
+
+async def test_room_job_swaps_a_feed_for_three_subscribers_and_follows_it(
+    janus: JanusServer, record_property: Callable[[str, object], None]
+) -> None:
+    source = textured_frame(seed=2)
+    colour = source_colour(source)
+    async with (
+        running_daemon(fake_binding(), room_config()) as (url, engine),
+        aiohttp.ClientSession() as http,
+        room_probe(janus.url) as probe,
+    ):
+        alice = JanusPublisher(janus.url, OPEN_ROOM, textured_frame(), display="alice", feed_id=FEED)
+        async with alice:
+            await wait_participants(probe, OPEN_ROOM, publishing(FEED), 15)
+            body = {"janus": janus.url, "room": OPEN_ROOM, "feed": FEED, "source": source_body(source)}
+            async with http.post(f"{url}/api/rooms", json=body) as response:
+                job = await response.json()
+                assert response.status == 201, job
+                location = response.headers["Location"]
+            assert job["state"] == "swapping" and job["feed_display"] == "alice"
+            swapped = int(job["published_id"])
+            await wait_participants(probe, OPEN_ROOM, publishing_as("alice (swapped)"), 15)
+            assert engine.registry is not None and len(engine.registry) == 1  # the feed is a session
+            viewers = [
+                JanusSubscriber(janus.url, OPEN_ROOM, swapped, sent_ms=alice.track.sent_ms, keep_frames=True)
+                for _ in range(3)
+            ]
+            try:
+                for viewer in viewers:
+                    await viewer.__aenter__()
+                for viewer in viewers:
+                    await viewer.wait_for_frames(45, timeout=30)
+                for index, viewer in enumerate(viewers):
+                    result = viewer.result(since=10)
+                    assert result.unreadable == 0 and result.out_of_order == 0 and result.duplicates == 0
+                    assert len(result.latencies_ms) >= 30
+                    assert viewer.last_frame is not None
+                    assert swapped_share(viewer.last_frame, colour) > 0.9
+                    assert viewer.audio_frames > 0  # alice's audio passed through
+                    record_property(f"viewer{index}_p50_ms", round(result.p50_ms or 0.0, 1))
+            finally:
+                for viewer in viewers:
+                    await viewer.close()
+        left = time.monotonic()  # alice left the room
+        await wait_participants(probe, OPEN_ROOM, absent(swapped), 2.0)
+        record_property("swapped_gone_s", round(time.monotonic() - left, 2))
+        async with http.get(f"{url}{location}") as response:
+            assert (await response.json())["state"] == "waiting"
+        assert len(engine.registry) == 0
+
+        async with JanusPublisher(janus.url, OPEN_ROOM, textured_frame(), display="alice", feed_id=FEED):
+            await wait_participants(probe, OPEN_ROOM, publishing_as("alice (swapped)"), 10)
+            async with http.get(f"{url}{location}") as response:
+                again = await response.json()
+            assert again["state"] == "swapping" and again["joins"] == 2
+        async with http.delete(f"{url}{location}") as response:
+            assert response.status == 204
+        async with http.get(f"{url}/api/rooms") as response:
+            assert await response.json() == []
+
+
+async def test_room_job_is_back_after_a_janus_restart(janus: JanusServer) -> None:
+    source = textured_frame(seed=3)
+    async with (
+        running_daemon(fake_binding(), room_config()) as (url, _engine),
+        aiohttp.ClientSession() as http,
+    ):
+        async with JanusPublisher(janus.url, OPEN_ROOM, textured_frame(), display="bob") as bob:
+            async with room_probe(janus.url) as probe:
+                assert bob.feed_id is not None
+                await wait_participants(probe, OPEN_ROOM, publishing(bob.feed_id), 15)
+            body = {"janus": janus.url, "room": OPEN_ROOM, "display": "bob", "source": source_body(source)}
+            async with http.post(f"{url}/api/rooms", json=body) as response:
+                assert response.status == 201, await response.text()
+                location = response.headers["Location"]
+        await asyncio.to_thread(janus.restart)
+        async with JanusPublisher(janus.url, OPEN_ROOM, textured_frame(), display="bob"):
+            back = time.monotonic()
+            async with room_probe(janus.url) as probe:
+                await wait_participants(probe, OPEN_ROOM, publishing_as("bob (swapped)"), 5.0)
+            assert time.monotonic() - back < 5.0
+            async with http.get(f"{url}{location}") as response:
+                state = await response.json()
+            assert state["state"] == "swapping" and state["joins"] == 2
