@@ -3,7 +3,7 @@ plugin's errors turned into the ones a caller can act on (unknown room, wrong pi
 
 The plugin reports its errors inside `plugindata.data` (`error_code`, `error`) of a successful Janus
 answer; `_checked` raises them. Codes from janus_videoroom.c: 426 no such room, 433 unauthorized (pin),
-428 no such feed.
+428 no such feed, 429 a missing element (the pin of a room that has one).
 """
 
 from dataclasses import dataclass
@@ -14,6 +14,7 @@ from streamer.sfu.janus_api import JanusError, JanusHandle, Message
 
 NO_SUCH_ROOM = 426
 NO_SUCH_FEED = 428
+MISSING_ELEMENT = 429
 UNAUTHORIZED = 433
 SUBSCRIBE_TIMEOUT_S = 15.0  # Janus answers a subscription once the feed's media is set up
 
@@ -44,6 +45,8 @@ def _checked(data: Message, room: int) -> Message:
         raise RoomError("room", f"Janus has no room {room}", code)
     if code == UNAUTHORIZED:
         raise RoomError("pin", f"room {room} refused the pin ({reason})", code)
+    if code == MISSING_ELEMENT and "(pin)" in reason:
+        raise RoomError("pin", f"room {room} needs a pin", code)
     if code == NO_SUCH_FEED:
         raise RoomError("feed", f"room {room}: {reason}", code)
     raise JanusError(code, reason)
