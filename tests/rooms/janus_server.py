@@ -77,13 +77,20 @@ def write_config(folder: Path, port: int, api_secret: str | None) -> Path:
 class JanusServer:
     """`with JanusServer(folder, port) as janus:`; `janus.url` is its HTTP API; `restart()`; `stop()`."""
 
-    def __init__(self, folder: Path, port: int, api_secret: str | None = None) -> None:
+    def __init__(
+        self, folder: Path, port: int, api_secret: str | None = None, config: Path | None = None
+    ) -> None:
         self.folder = folder
         self.port = port
         self.url = f"http://{ADDRESS}:{port}/janus"
         self.log_path = folder / "janus.log"
-        self._config = write_config(folder, port, api_secret)
+        self._config = config or write_config(folder, port, api_secret)
         self._process: subprocess.Popen[bytes] | None = None
+
+    @classmethod
+    def committed(cls, folder: Path, port: int) -> "JanusServer":
+        """A Janus of configuration files already in `folder` (the deployment's), listening on `port`."""
+        return cls(folder, port, config=folder / "janus.jcfg")
 
     def __enter__(self) -> Self:
         self.start()
