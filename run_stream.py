@@ -173,7 +173,8 @@ def build_parser() -> argparse.ArgumentParser:
     feed = room.add_mutually_exclusive_group(required=True)
     feed.add_argument("--feed", type=int, help="the publisher's feed id")
     feed.add_argument("--display", help="the publisher's display name (followed when its id changes)")
-    room.add_argument("--source", required=True, help="source face image")
+    # its own dest: `serve --source` (DaemonConfig.default_source, for WHIP streams) is another thing
+    room.add_argument("--source", dest="room_source", required=True, help="source face image")
     room.add_argument("--pin", help="the room's pin (else $LIVEFUSE_ROOM_PIN)")
     room.add_argument("--secret", help="Janus's API secret (else $LIVEFUSE_JANUS_SECRET)")
     room.add_argument("--janus-token", help="a Janus API token (else $LIVEFUSE_JANUS_TOKEN)")
@@ -239,6 +240,11 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="measure per-stage timings and latency")
     bench.add_argument("--live", action="store_true", help="loopback WebRTC glass-to-glass latency")
     bench.add_argument("--whip", action="store_true", help="WHIP publish -> swap -> WHEP receive latency")
+    bench.add_argument(
+        "--room",
+        action="store_true",
+        help="latency a Janus room job adds against a direct call (root, janus)",
+    )
     bench.add_argument("--soak", action="store_true", help="10 minute multi-session soak")
     bench.add_argument("--gpu", action="store_true", help="frame path on the GPU backend, stage by stage")
     bench.add_argument("--quick", action="store_true", help="with --gpu: small sizes and model (CPU check)")

@@ -38,9 +38,9 @@ class RoomStartError(LivefuseError):
 
 
 def job_from_args(args: argparse.Namespace) -> RoomJob:
-    path = Path(args.source)
+    path = Path(args.room_source)
     if not path.is_file():
-        raise InvalidInputError(f"--source {args.source}: no such file")
+        raise InvalidInputError(f"--source {args.room_source}: no such file")
     data = path.read_bytes()
     return RoomJob(
         check_janus_url(args.janus),

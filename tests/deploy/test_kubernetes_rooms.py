@@ -69,8 +69,8 @@ def test_janus_runs_on_the_host_network_with_its_secret_and_config(resources: li
 
 @pytest.mark.skipif(shutil.which("janus") is None, reason="Janus is not installed (apt-get install janus)")
 def test_the_committed_janus_config_starts_a_real_janus(tmp_path: Path) -> None:
-    from tests.rooms.janus_server import JanusServer, janus_missing_reason
-    from tests.rooms.network_namespace import entered, namespace, unavailable_reason
+    from bench.clients.janus_server import JanusServer, janus_missing_reason
+    from bench.clients.network_namespace import entered, namespace, unavailable_reason
 
     reason = unavailable_reason() or janus_missing_reason()
     if reason:

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from bench.clients.janus_server import JanusServer, janus_missing_reason
+from bench.clients.network_namespace import ADDRESS, entered, namespace, unavailable_reason
 from streamer.transport.ice_addresses import restrict_ice_addresses
-from tests.rooms.janus_server import JanusServer, janus_missing_reason
-from tests.rooms.network_namespace import ADDRESS, entered, namespace, unavailable_reason
 
 
 def _free_port() -> int:

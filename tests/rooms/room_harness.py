@@ -10,9 +10,9 @@ from contextlib import asynccontextmanager
 import cv2
 import numpy as np
 
+from bench.clients.network_namespace import ADDRESS
 from streamer.sfu import videoroom
 from streamer.sfu.janus_api import JanusHandle, JanusSession
-from tests.rooms.network_namespace import ADDRESS
 from web.daemon_config import DaemonConfig
 
 Participants = list[videoroom.Participant]

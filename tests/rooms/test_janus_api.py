@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 
 from bench.clients.janus_peers import JanusPublisher, JanusSubscriber
+from bench.clients.janus_server import OPEN_ROOM, PIN, PIN_ROOM, JanusServer
 from streamer.sfu import videoroom
 from streamer.sfu.janus_api import JanusAuth, JanusError, JanusSession, JanusUnreachable
-from tests.rooms.janus_server import OPEN_ROOM, PIN, PIN_ROOM, JanusServer
 
 
 def _frame() -> np.ndarray:

@@ -11,10 +11,10 @@ import aiohttp
 import pytest
 
 from bench.clients.janus_peers import JanusPublisher, JanusSubscriber
+from bench.clients.janus_server import OPEN_ROOM, PIN, PIN_ROOM, JanusServer
+from bench.clients.network_namespace import ADDRESS
 from tests.fakes_pipeline import fake_binding
 from tests.integration.daemon_harness import running_daemon
-from tests.rooms.janus_server import OPEN_ROOM, PIN, PIN_ROOM, JanusServer
-from tests.rooms.network_namespace import ADDRESS
 from tests.rooms.room_harness import (
     publishing,
     publishing_as,

@@ -11,9 +11,9 @@ import aiohttp
 import numpy as np
 
 from bench.clients.janus_peers import JanusPublisher, JanusSubscriber
+from bench.clients.janus_server import OPEN_ROOM, JanusServer
 from tests.fakes_pipeline import face_box, fake_binding, source_colour
 from tests.integration.daemon_harness import running_daemon
-from tests.rooms.janus_server import OPEN_ROOM, JanusServer
 from tests.rooms.room_harness import (
     absent,
     publishing,

@@ -1,9 +1,9 @@
-"""A private network namespace for tests against Janus: libnice inside Janus gathers no candidate on the
-loopback device, so the namespace gets 127.0.0.2 on a veth device (the only device Janus's ICE may use)
-and every peer of the test uses that address. Nothing in it can reach another machine: the namespace has
-no route out.
+"""A private network namespace for the room tests and `bench --room` against Janus: libnice inside Janus
+gathers no candidate on the loopback device, so the namespace gets 127.0.0.2 on a veth device (the only
+device Janus's ICE may use) and every peer uses that address. Nothing in it can reach another machine:
+the namespace has no route out.
 
-The test's own thread enters the namespace with setns(2) (`entered`), so its event loop's sockets and the
+The caller's own thread enters the namespace with setns(2) (`entered`), so its event loop's sockets and the
 processes it starts (Janus, a daemon) live there; the thread goes back to where it was on exit.
 """
 

@@ -1,6 +1,6 @@
-"""A real Janus (the Debian package) for the room tests: configuration written to a temporary folder
-(only the VideoRoom plugin and the HTTP transport, ICE on the namespace's dummy device, no STUN), started
-in the calling thread's network namespace, restartable on the same port.
+"""A real Janus (the Debian package) for the room tests and `bench --room`: configuration written to a
+temporary folder (only the VideoRoom plugin and the HTTP transport, ICE on the namespace's veth device,
+no STUN), started in the calling thread's network namespace, restartable on the same port.
 
 Rooms: OPEN_ROOM (no pin), PIN_ROOM (pin PIN). With `api_secret` every request must carry it.
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-from tests.rooms.network_namespace import ADDRESS, DEVICE
+from bench.clients.network_namespace import ADDRESS, DEVICE
 
 OPEN_ROOM = 1234
 PIN_ROOM = 4321
