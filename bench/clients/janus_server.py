@@ -2,9 +2,13 @@
 temporary folder (only the VideoRoom plugin and the HTTP transport, ICE on the namespace's veth device,
 no STUN), started in the calling thread's network namespace, restartable on the same port.
 
-Rooms: OPEN_ROOM (no pin), PIN_ROOM (pin PIN). With `api_secret` every request must carry it.
+Rooms: OPEN_ROOM (no pin), PIN_ROOM (pin PIN). With `api_secret` every request must carry it; with
+`token_secret` every request needs a token signed with it (`signed_token`).
 """
 
+import base64
+import hashlib
+import hmac
 import json
 import shutil
 import subprocess
@@ -32,14 +36,32 @@ def janus_missing_reason() -> str | None:
     return None
 
 
+def signed_token(
+    secret: str, plugins: tuple[str, ...] = ("janus.plugin.videoroom",), ttl_s: int = 3600
+) -> str:
+    """A Janus signed token (token_auth_secret): "expiry,janus,plugins:base64(HMAC-SHA1)"."""
+    data = ",".join((str(int(time.time()) + ttl_s), "janus", *plugins))
+    signature = hmac.new(secret.encode(), data.encode(), hashlib.sha1).digest()
+    return f"{data}:{base64.b64encode(signature).decode()}"
+
+
 def _disabled(folder: str, keep: str) -> str:
     names = sorted(path.name for path in (LIB / folder).glob("*.so") if path.name != keep)
     return ",".join(names)
 
 
-def write_config(folder: Path, port: int, api_secret: str | None) -> Path:
+def write_config(
+    folder: Path,
+    port: int,
+    api_secret: str | None,
+    token_secret: str | None = None,
+    session_timeout_s: int = 60,
+) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     secret_line = f'\tapi_secret = "{api_secret}"\n' if api_secret else ""
+    if token_secret:  # signed tokens (HMAC-SHA1 over "expiry,janus,plugin..."): see `signed_token`
+        secret_line += f'\ttoken_auth = true\n\ttoken_auth_secret = "{token_secret}"\n'
+
     (folder / "janus.jcfg").write_text(
         "general: {\n"
         f'\tconfigs_folder = "{folder}"\n'
@@ -48,7 +70,7 @@ def write_config(folder: Path, port: int, api_secret: str | None) -> Path:
         f'\tevents_folder = "{LIB}/events"\n'
         f'\tloggers_folder = "{LIB}/loggers"\n'
         "\tdebug_level = 4\n"
-        "\tsession_timeout = 60\n"
+        f"\tsession_timeout = {session_timeout_s}\n"
         f"{secret_line}"
         "}\n"
         'media: {\n\trtp_port_range = "40000-40999"\n}\n'
@@ -78,13 +100,20 @@ class JanusServer:
     """`with JanusServer(folder, port) as janus:`; `janus.url` is its HTTP API; `restart()`; `stop()`."""
 
     def __init__(
-        self, folder: Path, port: int, api_secret: str | None = None, config: Path | None = None
+        self,
+        folder: Path,
+        port: int,
+        api_secret: str | None = None,
+        config: Path | None = None,
+        *,
+        token_secret: str | None = None,
+        session_timeout_s: int = 60,
     ) -> None:
         self.folder = folder
         self.port = port
         self.url = f"http://{ADDRESS}:{port}/janus"
         self.log_path = folder / "janus.log"
-        self._config = config or write_config(folder, port, api_secret)
+        self._config = config or write_config(folder, port, api_secret, token_secret, session_timeout_s)
         self._process: subprocess.Popen[bytes] | None = None
 
     @classmethod

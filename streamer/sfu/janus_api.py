@@ -8,6 +8,8 @@ Why this shape:
   transaction; events without one (a publisher left, a hangup) go to the handle's queue.
 - The poller also tells when Janus is gone (connection refused, `458 no such session` after a restart):
   `lost` is set and every waiting request fails with JanusUnreachable, so the owner can rebuild.
+- Janus drops a session after `session_timeout` without a request, and a long poll does not count: a
+  keepalive goes every third of the timeout the server reports (`GET /info`), at most every KEEPALIVE_S.
 - The Janus API secret (`apisecret`) and token ride in every request body and are never logged: log
   lines carry only the request kind, the session and handle ids.
 """
@@ -25,7 +27,8 @@ from gpu_ops.errors import LivefuseError
 logger = logging.getLogger(__name__)
 
 REQUEST_TIMEOUT_S = 10.0
-KEEPALIVE_S = 20.0  # Janus drops a session after 60 s without a request (session_timeout)
+KEEPALIVE_S = 20.0  # at most: Janus drops a session after `session_timeout` s (60 by default) without one
+KEEPALIVES_PER_TIMEOUT = 3  # a long poll does not count as activity: keepalives go this much more often
 POLL_EVENTS = 10  # events per long poll answer
 NO_SUCH_SESSION = 458
 NO_SUCH_HANDLE = 459
@@ -130,9 +133,17 @@ class JanusSession:
     :param url: the Janus HTTP API base, e.g. http://127.0.0.2:8088/janus.
     """
 
-    def __init__(self, url: str, auth: JanusAuth, http: aiohttp.ClientSession, session_id: int) -> None:
+    def __init__(
+        self,
+        url: str,
+        auth: JanusAuth,
+        http: aiohttp.ClientSession,
+        session_id: int,
+        keepalive_s: float = KEEPALIVE_S,
+    ) -> None:
         self.url = url.rstrip("/")
         self.session_id = session_id
+        self.keepalive_s = keepalive_s
         self._auth = auth
         self._http = http
         self._handles: dict[int, JanusHandle] = {}
@@ -151,11 +162,12 @@ class JanusSession:
             answer = await _post_json(http, url.rstrip("/"), {"janus": "create", **auth.fields()})
             _raise_for_error(answer)
             session_id = int(answer["data"]["id"])
+            keepalive_s = await _keepalive_interval(http, url.rstrip("/"))
         except BaseException:
             await http.close()
             raise
-        logger.info("janus session %d created", session_id)
-        return cls(url, auth, http, session_id)
+        logger.info("janus session %d created (keepalive every %.0f s)", session_id, keepalive_s)
+        return cls(url, auth, http, session_id, keepalive_s)
 
     async def attach(self, plugin: str = "janus.plugin.videoroom") -> JanusHandle:
         answer = await self.post({"janus": "attach", "plugin": plugin}, what="attach")
@@ -239,7 +251,7 @@ class JanusSession:
 
     async def _keep_alive(self) -> None:
         while not self.lost.is_set():
-            await asyncio.sleep(KEEPALIVE_S)
+            await asyncio.sleep(self.keepalive_s)
             try:
                 await self.post({"janus": "keepalive"}, what="keepalive")
             except (JanusError, JanusUnreachable, aiohttp.ClientError, TimeoutError):
@@ -259,6 +271,19 @@ class JanusSession:
             task.cancel()
         await asyncio.gather(self._poller, self._keepalive, return_exceptions=True)
         await self._http.close()
+
+
+async def _keepalive_interval(http: aiohttp.ClientSession, url: str) -> float:
+    """KEEPALIVE_S, or a third of the server's `session-timeout` (GET /info) when that is shorter."""
+    try:
+        async with http.get(f"{url}/info") as response:
+            info = await response.json(content_type=None)
+        timeout_s = float(info.get("session-timeout", 0) or 0)
+    except (aiohttp.ClientError, TimeoutError, ValueError, AttributeError):
+        return KEEPALIVE_S
+    if timeout_s <= 0:  # 0: Janus never drops idle sessions
+        return KEEPALIVE_S
+    return max(0.5, min(KEEPALIVE_S, timeout_s / KEEPALIVES_PER_TIMEOUT))
 
 
 async def _quietly(request: Any) -> None:

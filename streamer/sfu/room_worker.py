@@ -242,8 +242,12 @@ class RoomWorker:
         if not videoroom.offer_has_video(offer):
             await subscriber.detach()
             raise RoomError("video", f"feed {feed.feed_id} of room {self.job.room} publishes no video")
-        session, answer = await self._registry.open(RTCSessionDescription(sdp=offer, type="offer"))
-        self._link = link = _Link(feed, subscriber, session)
+        try:
+            session, answer = await self._registry.open(RTCSessionDescription(sdp=offer, type="offer"))
+        except BaseException:
+            await subscriber.detach()  # no session was made: nothing else to undo
+            raise
+        self._link = link = _Link(feed, subscriber, session)  # from here on, _leave() undoes it all
         await session.set_source(self.job.source, self.job.source_sha256)  # before any frame flows
         await videoroom.start(subscriber, self.job.room, answer.sdp)
         await subscriber.trickle_completed()

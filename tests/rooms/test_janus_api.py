@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from bench.clients.janus_peers import JanusPublisher, JanusSubscriber
-from bench.clients.janus_server import OPEN_ROOM, PIN, PIN_ROOM, JanusServer
+from bench.clients.janus_server import OPEN_ROOM, PIN, PIN_ROOM, JanusServer, signed_token
 from streamer.sfu import videoroom
 from streamer.sfu.janus_api import JanusAuth, JanusError, JanusSession, JanusUnreachable
 
@@ -69,3 +69,33 @@ async def _wait_publishing(handle, feed_id: int) -> None:  # type: ignore[no-unt
             if any(p.feed_id == feed_id and p.publishing for p in participants):
                 return
             await asyncio.sleep(0.1)
+
+
+async def test_signed_tokens(in_namespace: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    with JanusServer(tmp_path / "token", 18090, token_secret="token-s3cret") as janus:
+        with pytest.raises(JanusError) as refused:
+            await JanusSession.create(janus.url)
+        assert refused.value.code == 403
+        session = await JanusSession.create(janus.url, JanusAuth(token=signed_token("token-s3cret")))
+        try:
+            handle = await session.attach()
+            assert await videoroom.room_exists(handle, OPEN_ROOM)
+        finally:
+            await session.close()
+    assert "token-s3cret" not in repr(JanusAuth(token="token-s3cret"))
+
+
+async def test_a_session_outlives_janus_session_timeout(in_namespace: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Janus drops a session after `session_timeout` without a request: the long poll and the keepalive
+    keep ours (an attach after three timeouts still works)."""
+    import asyncio
+
+    with JanusServer(tmp_path / "timeout", 18091, session_timeout_s=2) as janus:
+        session = await JanusSession.create(janus.url)
+        try:
+            await asyncio.sleep(6.5)
+            assert not session.lost.is_set()
+            handle = await session.attach()
+            assert await videoroom.room_exists(handle, OPEN_ROOM)
+        finally:
+            await session.close()

@@ -4,6 +4,7 @@ swapped, in order, latency measured, audio passed through); the publisher leaves
 gone within 2 s, comes back and is picked up again."""
 
 import asyncio
+import base64
 import time
 from collections.abc import Callable
 
@@ -12,7 +13,8 @@ import numpy as np
 
 from bench.clients.janus_peers import JanusPublisher, JanusSubscriber
 from bench.clients.janus_server import OPEN_ROOM, JanusServer
-from tests.fakes_pipeline import face_box, fake_binding, source_colour
+from bench.clients.peer_client import PeerClient
+from tests.fakes_pipeline import FakePipeline, face_box, fake_binding, source_colour
 from tests.integration.daemon_harness import running_daemon
 from tests.rooms.room_harness import (
     absent,
@@ -119,3 +121,30 @@ async def test_room_job_is_back_after_a_janus_restart(janus: JanusServer) -> Non
             async with http.get(f"{url}{location}") as response:
                 state = await response.json()
             assert state["state"] == "swapping" and state["joins"] == 2
+
+
+async def test_a_room_feed_shares_the_batch_with_a_direct_call(janus: JanusServer) -> None:
+    """The room's feed is one more lane of the daemon's one batch worker: with a direct call open too,
+    batches of two frames (one of each) go through the pipeline."""
+    pipeline = FakePipeline()
+    async with (
+        running_daemon(fake_binding(pipeline), room_config()) as (url, engine),
+        aiohttp.ClientSession() as http,
+        room_probe(janus.url) as probe,
+        JanusPublisher(janus.url, OPEN_ROOM, textured_frame(), display="erin", feed_id=FEED + 1),
+    ):
+        await wait_participants(probe, OPEN_ROOM, publishing(FEED + 1), 15)
+        body = {
+            "janus": janus.url,
+            "room": OPEN_ROOM,
+            "feed": FEED + 1,
+            "source": source_body(textured_frame(4)),
+        }
+        async with http.post(f"{url}/api/rooms", json=body) as response:
+            assert response.status == 201, await response.text()
+        # the direct call gathers on 127.0.0.1 (the client's rule); the room's peers are connected already
+        async with PeerClient(url, textured_frame(6)) as call:
+            await call.upload_source(base64.b64decode(source_body(textured_frame(7))), "image/png")
+            await call.wait_for_frames(30, timeout=20)
+            assert engine.registry is not None and len(engine.registry) == 2
+            assert 2 in pipeline.batch_sizes
