@@ -28,7 +28,7 @@ from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 
 from models.face import Frame
 from streamer.realtime.peer_session import PeerSession
-from streamer.realtime.session_registry import SessionRegistry
+from streamer.realtime.session_registry import SessionLimitError, SessionRegistry
 from streamer.sfu import videoroom
 from streamer.sfu.janus_api import JanusAuth, JanusError, JanusHandle, JanusSession, JanusUnreachable
 from streamer.sfu.videoroom import Participant, RoomError
@@ -205,7 +205,7 @@ class RoomWorker:
                 await self._drop_janus()
                 await asyncio.sleep(RETRY_S)
                 continue
-            except (RoomError, JanusError) as error:
+            except (RoomError, JanusError, SessionLimitError) as error:  # SessionLimitError: full, draining
                 self.state, self.last_error = "error", str(error)
                 await self._leave()
             except Exception:  # a bug here must not end the daemon's other jobs; logged, retried
