@@ -59,12 +59,13 @@ class JanusPublisher:
         self._audio = AudioStreamTrack() if audio else None
         self._video = video
         self.session: JanusSession | None = None
+        self.handle: JanusHandle | None = None
         self.pc: RTCPeerConnection | None = None
 
     async def __aenter__(self) -> Self:
         try:
             self.session = await JanusSession.create(self.url, self._auth)
-            handle = await self.session.attach()
+            self.handle = handle = await self.session.attach()
             joined = await videoroom.join_as_publisher(
                 handle, self.room, self.display, self.pin, self._wanted_feed_id
             )
@@ -87,6 +88,11 @@ class JanusPublisher:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.close()
+
+    async def unpublish(self) -> None:
+        """Stop publishing and stay in the room (the media stops; the participant remains)."""
+        assert self.handle is not None
+        await videoroom.unpublish(self.handle, self.room)
 
     async def close(self) -> None:
         """Leave the room (the feed unpublishes) and close the peer; idempotent."""

@@ -95,6 +95,12 @@ async def publish(handle: JanusHandle, room: int, offer_sdp: str, display: str |
     return _answer_sdp(event, "publish")
 
 
+async def unpublish(handle: JanusHandle, room: int) -> None:
+    """Stop publishing (and stay in the room)."""
+    event = await handle.send({"request": "unpublish"})
+    _checked(_event_data(event), room)
+
+
 async def subscribe(handle: JanusHandle, room: int, feed_id: int, pin: str | None = None) -> str:
     """Ask for `feed_id`'s media: the offer Janus makes us (answer it with `start`)."""
     body: Message = {"request": "join", "ptype": "subscriber", "room": room, "streams": [{"feed": feed_id}]}

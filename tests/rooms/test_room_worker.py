@@ -1,7 +1,8 @@
 """A room job on the daemon against a real Janus: an aiortc publisher sends stamped video into a room,
 `POST /api/rooms` makes the daemon swap it, three aiortc subscribers get "alice (swapped)" (frames
 swapped, in order, latency measured, audio passed through); the publisher leaves and the swapped feed is
-gone within 2 s, comes back and is picked up again."""
+gone within 2 s, comes back and is picked up again, unpublishes (staying in the room) and the swapped
+feed is gone again within 2 s; and the feed shares the batch worker with a direct call."""
 
 import asyncio
 import base64
@@ -14,6 +15,7 @@ import numpy as np
 from bench.clients.janus_peers import JanusPublisher, JanusSubscriber
 from bench.clients.janus_server import OPEN_ROOM, JanusServer
 from bench.clients.peer_client import PeerClient
+from streamer.sfu import videoroom
 from tests.fakes_pipeline import FakePipeline, face_box, fake_binding, source_colour
 from tests.integration.daemon_harness import running_daemon
 from tests.rooms.room_harness import (
@@ -87,11 +89,16 @@ async def test_room_job_swaps_a_feed_for_three_subscribers_and_follows_it(
             assert (await response.json())["state"] == "waiting"
         assert len(engine.registry) == 0
 
-        async with JanusPublisher(janus.url, OPEN_ROOM, textured_frame(), display="alice", feed_id=FEED):
+        async with JanusPublisher(
+            janus.url, OPEN_ROOM, textured_frame(), display="alice", feed_id=FEED
+        ) as returned:
             await wait_participants(probe, OPEN_ROOM, publishing_as("alice (swapped)"), 10)
             async with http.get(f"{url}{location}") as response:
                 again = await response.json()
             assert again["state"] == "swapping" and again["joins"] == 2
+            await returned.unpublish()  # stays in the room, sends nothing
+            await wait_participants(probe, OPEN_ROOM, absent(int(again["published_id"])), 2.0)
+            assert any(p.feed_id == FEED for p in await videoroom.list_participants(probe, OPEN_ROOM))
         async with http.delete(f"{url}{location}") as response:
             assert response.status == 204
         async with http.get(f"{url}/api/rooms") as response:
