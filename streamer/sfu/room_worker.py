@@ -167,12 +167,18 @@ class RoomWorker:
             await janus.close()
 
     async def _participant(self) -> Participant | None:
+        return (await self._read_room())[0]
+
+    async def _read_room(self) -> tuple[Participant | None, bool]:
+        """The feed (None when it is not in the room) and whether our swapped feed is still there."""
         assert self._control is not None
         own = self._link.published_id if self._link else None
+        feed, own_present = None, False
         for participant in await videoroom.list_participants(self._control, self.job.room):
-            if self.job.wants(participant, own):
-                return participant
-        return None
+            own_present = own_present or participant.feed_id == own
+            if feed is None and self.job.wants(participant, own):
+                feed = participant
+        return feed, own_present
 
     async def _wait_publishing(self) -> Participant:
         deadline = time.monotonic() + PUBLISHING_WAIT_S
@@ -218,12 +224,13 @@ class RoomWorker:
         if self._janus is None or self._janus.lost.is_set():
             await self._drop_janus()
             await self._connect()
-        feed = await self._participant()
+        feed, own_present = await self._read_room()
         link = self._link
         if link is not None:
             ended = self._registry.get(link.session.session_id) is None
-            if feed is None or not feed.publishing or feed.feed_id != link.feed.feed_id or ended:
-                why = "session ended" if ended else "feed unpublished"
+            gone = feed is None or not feed.publishing or feed.feed_id != link.feed.feed_id
+            if gone or ended or not own_present:  # not own_present: Janus removed our feed (kicked)
+                why = "session ended" if ended else "feed unpublished" if gone else "our feed was removed"
                 logger.info(
                     "room job %s: leaving (%s)", self.job_id, why, extra={**self._extra, "event": "room_left"}
                 )
