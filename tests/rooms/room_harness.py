@@ -6,7 +6,9 @@ import base64
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from typing import Any
 
+import aiohttp
 import cv2
 import numpy as np
 
@@ -71,3 +73,17 @@ def absent(feed_id: int) -> Callable[[Participants], bool]:
 
 def publishing_as(display: str) -> Callable[[Participants], bool]:
     return lambda participants: any(p.display == display and p.publishing for p in participants)
+
+
+async def wait_job(
+    http: aiohttp.ClientSession, job_url: str, condition: Callable[[dict[str, Any]], bool], timeout: float
+) -> dict[str, Any]:
+    """The room job's state once `condition` holds (a feed is listed from its join, before the job has
+    counted it as published)."""
+    async with asyncio.timeout(timeout):
+        while True:
+            async with http.get(job_url) as response:
+                state: dict[str, Any] = await response.json()
+            if condition(state):
+                return state
+            await asyncio.sleep(0.05)

@@ -8,6 +8,7 @@ import asyncio
 import base64
 import time
 from collections.abc import Callable
+from typing import Any
 
 import aiohttp
 import numpy as np
@@ -26,10 +27,16 @@ from tests.rooms.room_harness import (
     room_probe,
     source_body,
     textured_frame,
+    wait_job,
     wait_participants,
 )
 
 FEED = 7001
+
+
+def _swapping_again(state: dict[str, Any]) -> bool:
+    """A feed is listed from its join: the job counts it once it is published."""
+    return state["state"] == "swapping" and state["joins"] == 2
 
 
 def swapped_share(frame: np.ndarray, colour: tuple[int, int, int]) -> float:
@@ -85,17 +92,14 @@ async def test_room_job_swaps_a_feed_for_three_subscribers_and_follows_it(
         left = time.monotonic()  # alice left the room
         await wait_participants(probe, OPEN_ROOM, absent(swapped), 2.0)
         record_property("swapped_gone_s", round(time.monotonic() - left, 2))
-        async with http.get(f"{url}{location}") as response:
-            assert (await response.json())["state"] == "waiting"
+        await wait_job(http, f"{url}{location}", lambda state: state["state"] == "waiting", 5)  # once left
         assert len(engine.registry) == 0
 
         async with JanusPublisher(
             janus.url, OPEN_ROOM, textured_frame(), display="alice", feed_id=FEED
         ) as returned:
             await wait_participants(probe, OPEN_ROOM, publishing_as("alice (swapped)"), 10)
-            async with http.get(f"{url}{location}") as response:
-                again = await response.json()
-            assert again["state"] == "swapping" and again["joins"] == 2
+            again = await wait_job(http, f"{url}{location}", _swapping_again, 5)
             await returned.unpublish()  # stays in the room, sends nothing
             await wait_participants(probe, OPEN_ROOM, absent(int(again["published_id"])), 2.0)
             assert any(p.feed_id == FEED for p in await videoroom.list_participants(probe, OPEN_ROOM))
@@ -125,9 +129,7 @@ async def test_room_job_is_back_after_a_janus_restart(janus: JanusServer) -> Non
             async with room_probe(janus.url) as probe:
                 await wait_participants(probe, OPEN_ROOM, publishing_as("bob (swapped)"), 5.0)
             assert time.monotonic() - back < 5.0
-            async with http.get(f"{url}{location}") as response:
-                state = await response.json()
-            assert state["state"] == "swapping" and state["joins"] == 2
+            await wait_job(http, f"{url}{location}", _swapping_again, 5)
 
 
 async def test_a_room_feed_shares_the_batch_with_a_direct_call(janus: JanusServer) -> None:
@@ -155,3 +157,32 @@ async def test_a_room_feed_shares_the_batch_with_a_direct_call(janus: JanusServe
             await call.wait_for_frames(30, timeout=20)
             assert engine.registry is not None and len(engine.registry) == 2
             assert 2 in pipeline.batch_sizes
+
+
+async def test_a_kicked_swapped_feed_is_published_again(janus: JanusServer) -> None:
+    async with (
+        running_daemon(fake_binding(), room_config()) as (url, _engine),
+        aiohttp.ClientSession() as http,
+        room_probe(janus.url) as probe,
+        JanusPublisher(janus.url, OPEN_ROOM, textured_frame(), display="fay", feed_id=FEED + 2),
+    ):
+        await wait_participants(probe, OPEN_ROOM, publishing(FEED + 2), 15)
+        body = {
+            "janus": janus.url,
+            "room": OPEN_ROOM,
+            "feed": FEED + 2,
+            "source": source_body(textured_frame(8)),
+        }
+        async with http.post(f"{url}/api/rooms", json=body) as response:
+            job = await response.json()
+            assert response.status == 201, job
+        kicked = int(job["published_id"])
+        await probe.request({"request": "kick", "room": OPEN_ROOM, "id": kicked})  # the room has no secret
+        await wait_participants(
+            probe,
+            OPEN_ROOM,
+            lambda ps: any(p.display == "fay (swapped)" and p.feed_id != kicked for p in ps),
+            5,
+        )
+        state = await wait_job(http, f"{url}/api/rooms/{job['id']}", _swapping_again, 5)
+        assert int(state["published_id"]) != kicked
