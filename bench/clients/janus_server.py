@@ -26,6 +26,7 @@ PIN_ROOM = 4321
 PIN = "pin-7731"
 LIB = Path("/usr/lib/x86_64-linux-gnu/janus")
 READY_TIMEOUT_S = 20.0
+START_ATTEMPTS = 3
 
 
 def janus_missing_reason() -> str | None:
@@ -131,22 +132,31 @@ class JanusServer:
         self.stop()
 
     def start(self) -> None:
-        log = self.log_path.open("ab")
-        self._process = subprocess.Popen(
-            ["janus", "-F", str(self.folder), "-C", str(self._config), "-o", "-d", "4"],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
-        log.close()
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self._process.poll() is not None:
-                raise RuntimeError(f"Janus exited ({self._process.returncode}):\n{self.log_tail()}")
-            if self._answers():
-                return
-            time.sleep(0.1)
-        raise RuntimeError(f"Janus did not answer within {READY_TIMEOUT_S:.0f} s:\n{self.log_tail()}")
+        """Start Janus and wait until its API answers. A start that exits at once is tried again
+        (START_ATTEMPTS): right after a restart its HTTP port can still be held by the old process."""
+        for attempt in range(1, START_ATTEMPTS + 1):
+            offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+            log = self.log_path.open("ab")
+            self._process = subprocess.Popen(
+                ["janus", "-F", str(self.folder), "-C", str(self._config), "-o", "-d", "4"],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
+            log.close()
+            deadline = time.monotonic() + READY_TIMEOUT_S
+            while time.monotonic() < deadline:
+                if self._process.poll() is not None:
+                    break
+                if self._answers():
+                    return
+                time.sleep(0.1)
+            else:
+                raise RuntimeError(f"Janus did not answer within {READY_TIMEOUT_S:.0f} s:\n{self.log_tail()}")
+            failure = self.log_path.read_text(errors="replace")[offset:][-3000:]
+            if attempt == START_ATTEMPTS:
+                raise RuntimeError(f"Janus exited ({self._process.returncode}):\n{failure}")
+            time.sleep(0.5)
 
     def _answers(self) -> bool:
         try:
