@@ -38,7 +38,8 @@ OWN: dict[str, set[str]] = {
     "swap": {"source", "target", "output", "models_dir", "reference_face"},
     "bench": {
         "live", "whip", "room", "soak", "gpu", "quick", "output_dir", "seconds", "frames", "streams", "rounds",
-        "calls", "baseline", "width", "height", "media_dir", "output", "models_dir", "reference_face",
+        "calls", "baseline", "width", "height", "face_size", "media_dir", "output", "models_dir",
+        "reference_face",
     },
     "room": {"janus", "room", "feed", "display", "room_source", "pin", "secret", "janus_token", "models_dir"},
 }  # fmt: skip

@@ -65,10 +65,12 @@ async function errorMessage(response) {
 /**
  * fetch() with auth and error handling. Resolves to the parsed JSON body, or null for empty answers.
  * @param {string} path absolute path such as /api/sessions
- * @param {{method?: string, json?: object, body?: BodyInit, contentType?: string, keepalive?: boolean}} options
+ * @param {{method?: string, json?: object, body?: BodyInit, contentType?: string, keepalive?: boolean,
+ *          askToken?: boolean}} options askToken: false answers a 401 without prompting for a token
  */
 export async function apiFetch(path, options = {}) {
   const { method = 'GET', json, contentType, keepalive = false } = options;
+  const askToken = options.askToken ?? !keepalive;
   const body = json !== undefined ? JSON.stringify(json) : options.body;
   for (let attempt = 0; ; attempt++) {
     const headers = {};
@@ -88,7 +90,7 @@ export async function apiFetch(path, options = {}) {
     }
     rememberLocation(response);
     forgetEnded(path, method, response);
-    if (response.status === 401 && attempt === 0 && !keepalive) {
+    if (response.status === 401 && attempt === 0 && askToken) {
       const token = window.prompt('This server needs an access token:');
       if (token) {
         auth.token = token.trim();
