@@ -16,6 +16,7 @@ import numpy as np
 from bench.clients.janus_peers import JanusPublisher, JanusSubscriber
 from bench.clients.janus_server import OPEN_ROOM, JanusServer
 from bench.clients.peer_client import PeerClient
+from streamer.realtime.micro_batcher import BatchPolicy
 from streamer.sfu import videoroom
 from tests.fakes_pipeline import FakePipeline, face_box, fake_binding, source_colour
 from tests.integration.daemon_harness import running_daemon
@@ -136,8 +137,11 @@ async def test_a_room_feed_shares_the_batch_with_a_direct_call(janus: JanusServe
     """The room's feed is one more lane of the daemon's one batch worker: with a direct call open too,
     batches of two frames (one of each) go through the pipeline."""
     pipeline = FakePipeline()
+    # both senders run at exactly 30 fps with a fixed phase between them: a frame waits up to one frame
+    # interval for the other's, so the two always meet (with the 4 ms default they meet only by chance)
+    config = room_config(batch_policy=BatchPolicy(max_wait_ms=40.0))
     async with (
-        running_daemon(fake_binding(pipeline), room_config()) as (url, engine),
+        running_daemon(fake_binding(pipeline), config) as (url, engine),
         aiohttp.ClientSession() as http,
         room_probe(janus.url) as probe,
         JanusPublisher(janus.url, OPEN_ROOM, textured_frame(), display="erin", feed_id=FEED + 1),
