@@ -5,11 +5,14 @@ Debian's `janus`): a real Janus, the real daemon as a child process, and aiortc 
 all sending a panning face at 30 fps with stamps read back at the far end, on one clock. Three phases,
 each after a warm-up:
 
-- `direct`: a call to the daemon, swapped (client -> daemon -> client);
-- `janus`: a publisher's feed through Janus, no swap (publisher -> Janus -> subscriber), the SFU hop alone;
-- `room`: the same feed swapped by a room job (publisher -> Janus -> daemon -> Janus -> subscriber).
+- `direct pass`, `direct swap`: a call to the daemon (client -> daemon -> client), passed through, then
+  swapped;
+- `janus`: a publisher's feed through Janus alone (publisher -> Janus -> subscriber), the SFU hop;
+- `room pass`, `room swap`: the same feed through a room job (publisher -> Janus -> daemon -> Janus ->
+  subscriber), with the job's session set to pass through (`swap_enabled: false`), then swapping.
 
-`room - direct` is what the conference path costs over a direct call.
+`room - direct`, passed through, is what the conference path costs over a direct call in transport
+alone; swapped, it adds what two streams sharing this machine's cores cost each other.
 """
 
 import argparse
@@ -54,15 +57,23 @@ def _phase(name: str, seconds: float, sent: int, result: LiveResult) -> WhipPhas
     return summarise_whip_phase(name, seconds, sent, result.received, list(result.latencies_ms))
 
 
-async def _direct(url: str, frames: list[Frame], source: bytes, engine: str, seconds: float) -> WhipPhase:
+async def _direct(
+    url: str, frames: list[Frame], source: bytes, engine: str, seconds: float
+) -> list[WhipPhase]:
+    """A call passed through, then swapped."""
     async with PeerClient(url, lambda index: frames[index % len(frames)], fps=FPS) as client:
+        await client.wait_for_frames(1, timeout=20.0)
+
+        async def phase(name: str) -> WhipPhase:
+            await asyncio.sleep(WARMUP_SECONDS)
+            since, sent = len(client.received), client.track.sent
+            await asyncio.sleep(seconds)
+            return _phase(name, seconds, client.track.sent - sent, client.result(since))
+
+        passthrough = await phase("direct pass")
         await client.patch_settings({"engine": engine})
         await client.upload_source(source, "image/jpeg")
-        await client.wait_for_frames(1, timeout=20.0)
-        await asyncio.sleep(WARMUP_SECONDS)
-        since, sent = len(client.received), client.track.sent
-        await asyncio.sleep(seconds)
-        return _phase("direct", seconds, client.track.sent - sent, client.result(since))
+        return [passthrough, await phase("direct swap")]
 
 
 async def _wait_publishing(janus_url: str, feed_id: int, timeout: float = 20.0) -> None:
@@ -79,15 +90,22 @@ async def _wait_publishing(janus_url: str, feed_id: int, timeout: float = 20.0) 
         await session.close()
 
 
-async def _watch(
-    janus_url: str, feed_id: int, publisher: JanusPublisher, name: str, seconds: float
+async def _measure(
+    viewer: JanusSubscriber, publisher: JanusPublisher, name: str, seconds: float
 ) -> WhipPhase:
-    async with JanusSubscriber(janus_url, OPEN_ROOM, feed_id, sent_ms=publisher.track.sent_ms) as viewer:
-        await viewer.wait_for_frames(1, timeout=20.0)
-        await asyncio.sleep(WARMUP_SECONDS)
-        since, sent = len(viewer.received), publisher.track.sent
-        await asyncio.sleep(seconds)
-        return _phase(name, seconds, publisher.track.sent - sent, viewer.result(since))
+    await asyncio.sleep(WARMUP_SECONDS)
+    since, sent = len(viewer.received), publisher.track.sent
+    await asyncio.sleep(seconds)
+    return _phase(name, seconds, publisher.track.sent - sent, viewer.result(since))
+
+
+async def _swap_enabled(http: aiohttp.ClientSession, url: str, session_id: str, enabled: bool) -> None:
+    """The room's feed is a session like any other: its settings are /api/sessions/{id}/settings."""
+    async with http.patch(
+        f"{url}/api/sessions/{session_id}/settings", json={"swap_enabled": enabled}
+    ) as response:
+        if response.status != 200:
+            raise RuntimeError(f"settings refused: {response.status} {await response.text()}")
 
 
 async def _through_janus(
@@ -100,7 +118,11 @@ async def _through_janus(
     async with publisher, aiohttp.ClientSession() as http:
         assert publisher.feed_id is not None
         await _wait_publishing(janus_url, publisher.feed_id)
-        sfu = await _watch(janus_url, publisher.feed_id, publisher, "janus", seconds)
+        async with JanusSubscriber(
+            janus_url, OPEN_ROOM, publisher.feed_id, sent_ms=publisher.track.sent_ms
+        ) as bare:
+            await bare.wait_for_frames(1, timeout=20.0)
+            sfu = await _measure(bare, publisher, "janus", seconds)
         body = {
             "janus": janus_url,
             "room": OPEN_ROOM,
@@ -111,18 +133,30 @@ async def _through_janus(
             job: dict[str, Any] = await response.json()
             if response.status != 201:
                 raise RuntimeError(f"room job refused: {response.status} {job}")
+        session_id = str(job["session"]["id"])
         swapped = int(job["published_id"])
         await _wait_publishing(janus_url, swapped)
-        room = await _watch(janus_url, swapped, publisher, "room", seconds)
-        async with http.get(f"{url}/api/rooms/{job['id']}") as response:
-            stats = (await response.json())["session"]
+        async with JanusSubscriber(janus_url, OPEN_ROOM, swapped, sent_ms=publisher.track.sent_ms) as viewer:
+            await viewer.wait_for_frames(1, timeout=20.0)
+            await _swap_enabled(http, url, session_id, False)
+            passthrough = await _measure(viewer, publisher, "room pass", seconds)
+            await _swap_enabled(http, url, session_id, True)
+            swapping = await _measure(viewer, publisher, "room swap", seconds)
+        async with http.get(f"{url}/api/sessions/{session_id}") as response:
+            stats = await response.json()
         logger.info(
             "room job's session: fps in %s, frames dropped %s, quality %s",
             stats["fps_in"],
             stats["frames_dropped"],
             stats["quality"],
         )
-    return [sfu, room]
+    return [sfu, passthrough, swapping]
+
+
+def _difference(room: WhipPhase, direct: WhipPhase) -> float | None:
+    if room.p50_ms is None or direct.p50_ms is None:
+        return None
+    return round(room.p50_ms - direct.p50_ms, 1)
 
 
 def run_room_bench(args: argparse.Namespace) -> int:
@@ -149,7 +183,7 @@ def run_room_bench(args: argparse.Namespace) -> int:
 
             async def measure() -> list[WhipPhase]:
                 direct = await _direct(daemon.url, frames, source, engine, seconds)
-                return [direct, *await _through_janus(daemon.url, janus.url, frames, source, seconds)]
+                return [*direct, *await _through_janus(daemon.url, janus.url, frames, source, seconds)]
 
             phases = asyncio.run(measure())
     size, machine = f"{args.width}x{args.height}", machine_description()
@@ -157,9 +191,14 @@ def run_room_bench(args: argparse.Namespace) -> int:
         f"room: {size} @ {FPS:.0f} fps, VP8, {engine} engine, {seconds:.0f} s per phase after "
         f"{WARMUP_SECONDS:.0f} s warm-up, Janus {ADDRESS} in a network namespace, {machine}"
     )
-    direct, room = phases[0], phases[2]
-    added = None if direct.p50_ms is None or room.p50_ms is None else round(room.p50_ms - direct.p50_ms, 1)
-    sys.stdout.write(format_whip_table(phases, header) + f"\nroom - direct p50: {added} ms\n")
+    by_name = {phase.name: phase for phase in phases}
+    added = {
+        kind: _difference(by_name[f"room {kind}"], by_name[f"direct {kind}"]) for kind in ("pass", "swap")
+    }
+    sys.stdout.write(
+        format_whip_table(phases, header)
+        + f"\nroom - direct p50: {added['pass']} ms passed through, {added['swap']} ms swapped\n"
+    )
     logger.info("bench --room took %.0f s", time.monotonic() - started)
     if getattr(args, "output", None):
         report = {"kind": "room", "size": size, "fps": FPS, "seconds": seconds, "machine": machine}
