@@ -8,10 +8,11 @@ Body of the POST (JSON): `janus` (the Janus HTTP API URL), `room` (number), `fee
 them `pin`, `secret` (Janus's API secret) and `janus_token`. None of the last three is ever logged or
 returned.
 
-Errors: 400 a bad body or image, 403 a wrong pin, 404 no such room or feed, 422 a feed without video or
+Errors: 400 a bad body, 413 / 415 a source image too large / not an image, 403 a wrong pin, 404 no such room or feed, 422 a feed without video or
 a source without a face, 502 Janus down or refusing, 503 models loading or no session slot left.
 """
 
+import asyncio
 import base64
 import binascii
 import hashlib
@@ -23,7 +24,7 @@ from typing import Any
 from aiohttp import web
 
 from gpu_ops.errors import InvalidInputError
-from streamer.pipeline.image_input import decode_image
+from streamer.pipeline.image_input import ImageTooLargeError, UnsupportedImageError, decode_image
 from streamer.pipeline.swap_engines.base import NoFaceError
 from streamer.realtime.session_registry import SessionLimitError
 from streamer.sfu.janus_api import JanusAuth, JanusError, JanusUnreachable
@@ -135,8 +136,12 @@ async def post_room(request: web.Request) -> web.Response:
         body = await request.clone(client_max_size=room_body_cap(config.max_upload_bytes)).json()
     except ValueError:
         return error_response(400, "the body must be JSON")
-    try:
-        job = job_from_body(body, config)
+    try:  # off the loop: the source photo is decoded here
+        job = await asyncio.to_thread(job_from_body, body, config)
+    except ImageTooLargeError as error:
+        return error_response(413, f"source: {error}")
+    except UnsupportedImageError as error:
+        return error_response(415, f"source: {error}")
     except InvalidInputError as error:
         return error_response(400, str(error))
     job_id = secrets.token_hex(6)

@@ -2,6 +2,7 @@
 down, a feed with no video, a bad body or a faceless source, through the API (4xx/502 with a message)
 while another job keeps swapping, and through `run_stream.py room` (one line, exit 2)."""
 
+import base64
 import json
 import logging
 import subprocess
@@ -68,6 +69,7 @@ async def test_bad_room_jobs_are_refused_while_a_good_one_keeps_swapping(
                 ({**good, "janus": DOWN}, 502, "Janus unreachable"),
                 ({**good, "feed": 8102}, 422, "no video"),
                 ({**good, "source": "not base64!"}, 400, "base64"),
+                ({**good, "source": base64.b64encode(b"GIF89a not a photo").decode()}, 415, "source"),
                 ({**good, "source": source_body(textured_frame(seed=5)[:1, :1])}, 422, "face"),
                 ({"room": OPEN_ROOM}, 400, "required"),
                 ({**good, "display": "carol"}, 400, "one of them"),
