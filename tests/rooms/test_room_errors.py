@@ -118,3 +118,29 @@ def test_room_command_says_what_is_wrong_in_one_line(
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and words in errors[0], done.stderr[-2000:]
     assert "pin-never-shown" not in done.stderr
+
+
+async def test_a_full_worker_says_so_on_ready_and_refuses_the_next_job(janus: JanusServer) -> None:
+    """The routing rule of docs/deploy.md: a room job is a session, so a worker at --max-sessions answers
+    503 on /ready (its Service stops sending it jobs) and a job that reaches it anyway gets 503."""
+    async with (
+        running_daemon(fake_binding(), room_config(max_sessions=1)) as (url, _engine),
+        aiohttp.ClientSession() as http,
+        room_probe(janus.url) as probe,
+        JanusPublisher(janus.url, OPEN_ROOM, textured_frame(), display="gus", feed_id=8201),
+    ):
+        await wait_participants(probe, OPEN_ROOM, publishing(8201), 15)
+        async with http.get(f"{url}/ready") as response:
+            assert response.status == 200
+        body = {"janus": janus.url, "room": OPEN_ROOM, "feed": 8201, "source": SOURCE}
+        status, job = await _post(http, url, body)
+        assert status == 201, job
+        async with http.get(f"{url}/ready") as response:
+            ready = await response.json()
+            assert response.status == 503 and "capacity" in ready["reason"], ready
+        status, refused = await _post(http, url, body)
+        assert status == 503 and "slots" in refused["error"], refused
+        async with http.delete(f"{url}/api/rooms/{job['id']}") as response:
+            assert response.status == 204
+        async with http.get(f"{url}/ready") as response:
+            assert response.status == 200  # the slot is free again
