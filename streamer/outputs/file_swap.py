@@ -10,6 +10,7 @@ file and what photo to use instead (exit code 2).
 import argparse
 import logging
 import time
+from dataclasses import asdict
 from fractions import Fraction
 from pathlib import Path
 from typing import cast
@@ -198,6 +199,9 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidInputError(f"{output.parent}: output directory does not exist")
     pipeline = FramePipeline.load(resolve_models_dir(args.models_dir), config_from_args(PipelineConfig, args))
     settings = config_from_args(SwapSettings, args)
+    refusal = pipeline.capabilities().refusal(asdict(settings))
+    if refusal is not None:  # e.g. --enhancer without GFPGAN: refused, not silently left out of the output
+        raise InvalidInputError(f"the flags ask for what this installation cannot run: {refusal}")
     try:
         source = pipeline.prepare_source(source_image, settings)
     except NoFaceError as error:

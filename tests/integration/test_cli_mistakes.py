@@ -135,3 +135,23 @@ def test_serve_flags_asking_for_an_unavailable_feature_name_it(tmp_path: Path) -
     errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1 and "enhancer is not available" in errors[0] and "gfpgan_1.4" in errors[0]
     assert "models fetch gfpgan_1.4" in errors[0]
+
+
+def test_swap_flags_asking_for_an_unavailable_feature_name_it(tmp_path: Path, media_dir: Path) -> None:
+    """`swap --enhancer` without GFPGAN: one line with the fix and exit 2, no output written (before,
+    a warning and an unenhanced file)."""
+    empty = tmp_path / "models"
+    empty.mkdir()
+    output = tmp_path / "out.png"
+    photo = media_dir / "fr_biden.jpg"
+    result = _run(
+        "swap", "--source", photo, "--target", photo, "--output", output, "--models-dir", empty, "--enhancer"
+    )
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert (
+        len(errors) == 1
+        and "enhancer is not available" in errors[0]
+        and "models fetch gfpgan_1.4" in errors[0]
+    )
+    assert not output.exists()
