@@ -1,7 +1,8 @@
 """`run_stream.py room`: one room job without the HTTP API: load the pipeline, join the Janus room,
 swap the feed and publish "NAME (swapped)" until SIGINT/SIGTERM. The same engine and worker as `serve`
 (web/engine.py), so the swap is exactly the daemon's; bad input (no such room, wrong pin, no such feed,
-a feed without video, Janus down) is one line and exit 2 (run_stream.py turns the error into that).
+a feed without video, Janus down) is one line and exit 2 (run_stream.py turns the error into that);
+Janus down and an unknown room are found before the models load.
 """
 
 import argparse
@@ -15,7 +16,8 @@ from pathlib import Path
 from gpu_ops.errors import InvalidInputError, LivefuseError
 from streamer.pipeline.config_args import config_from_args
 from streamer.pipeline.image_input import decode_image
-from streamer.sfu.janus_api import JanusAuth, JanusError, JanusUnreachable
+from streamer.sfu import videoroom
+from streamer.sfu.janus_api import JanusAuth, JanusError, JanusSession, JanusUnreachable
 from streamer.sfu.room_worker import RoomJob, RoomWorker
 from streamer.sfu.videoroom import RoomError
 from streamer.transport.process_patches import TransportPatches
@@ -57,6 +59,21 @@ def job_from_args(args: argparse.Namespace) -> RoomJob:
     )
 
 
+async def check_room(job: RoomJob) -> None:
+    """RoomStartError unless Janus answers (with the job's secret and token) and has the room."""
+    try:
+        janus = await JanusSession.create(job.janus_url, job.auth)
+    except (JanusError, JanusUnreachable) as error:
+        raise RoomStartError(str(error)) from None
+    try:
+        if not await videoroom.room_exists(await janus.attach(), job.room):
+            raise RoomStartError(f"Janus has no room {job.room}")
+    except (RoomError, JanusError, JanusUnreachable) as error:
+        raise RoomStartError(str(error)) from None
+    finally:
+        await janus.close()
+
+
 async def run_room(config: DaemonConfig, job: RoomJob, args: argparse.Namespace) -> None:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -64,6 +81,7 @@ async def run_room(config: DaemonConfig, job: RoomJob, args: argparse.Namespace)
         loop.add_signal_handler(signal_number, stop.set)
     from streamer.realtime.metrics import DaemonMetrics
 
+    await check_room(job)  # before the models load (seconds): Janus down or no such room say so at once
     with TransportPatches(config.ice_addresses, config.ice_port_range, config.public_address):
         engine = DaemonEngine(config, DaemonMetrics(), lambda: load_pipeline_binding(args))
         engine.start()
