@@ -1,4 +1,13 @@
-"""The target occlusion mask back at the face box's size, as the share of the swap each pixel shows.
+"""The target occlusion mask's two array ops on the frame's device: the face box averaged down to the mask's
+working size (`cell_average`, so a device frame sends only that small copy over the bus), and the mask back
+at the face box's size as the share of the swap each pixel shows (`show_weight`).
+
+Cell average: each working pixel is the mean of a factor x factor cell of the box, the last partial row
+and column padded by repeating the edge: `cell_average_cpu` (cv2.resize INTER_AREA at a whole factor,
+OpenCV's fast path) and `cell_average_generic` (reshape and mean, any array module), equal within one
+level (rounding).
+
+Show weight:
 
 The evidence is judged at a small working size (streamer/pipeline/swap_engines/mesh_occlusion.py); the
 paste needs it at the box's size on the frame's own device, as `fade x (1 - mask)`, the weight the paste
@@ -15,7 +24,7 @@ import cv2
 import numpy as np
 from numpy.typing import NDArray
 
-from gpu_ops.backend import get_array_module, require_cupy
+from gpu_ops.backend import get_array_module, require_cupy, to_host
 from gpu_ops.errors import InvalidFrameError
 
 
@@ -24,6 +33,46 @@ def _check(mask: NDArray[Any], size: tuple[int, int]) -> None:
         raise InvalidFrameError(
             f"occlusion mask must be H x W float32 and the size positive, got {mask.shape}"
         )
+
+
+def _check_image(image: Any, factor: int) -> None:
+    if image.ndim != 3 or image.shape[2] != 3 or image.dtype != np.uint8 or factor < 1:
+        raise InvalidFrameError(f"cell average needs H x W x 3 uint8 and a factor >= 1, got {image.shape}")
+
+
+def cell_average_cpu(image: NDArray[np.uint8], factor: int) -> NDArray[np.uint8]:
+    """[ceil(H/f), ceil(W/f), 3] uint8: the mean of each f x f cell (edge repeated into partial cells)."""
+    _check_image(image, factor)
+    if factor == 1:
+        return image
+    height, width = image.shape[:2]
+    rows, columns = -(-height // factor) * factor, -(-width // factor) * factor
+    padded = image
+    if rows != height or columns != width:
+        padded = cv2.copyMakeBorder(image, 0, rows - height, 0, columns - width, cv2.BORDER_REPLICATE)
+    size = (columns // factor, rows // factor)
+    return np.asarray(cv2.resize(padded, size, interpolation=cv2.INTER_AREA))
+
+
+def cell_average_generic(xp: ModuleType, image: Any, factor: int) -> Any:
+    """`cell_average_cpu` for any array module (NumPy here, CuPy on the device)."""
+    _check_image(image, factor)
+    if factor == 1:
+        return image
+    height, width = image.shape[:2]
+    rows, columns = -(-height // factor) * factor, -(-width // factor) * factor
+    padded = xp.pad(image, ((0, rows - height), (0, columns - width), (0, 0)), mode="edge")
+    cells = padded.reshape(rows // factor, factor, columns // factor, factor, 3).astype(xp.float32)
+    return xp.clip(cells.mean(axis=(1, 3)) + 0.5, 0, 255).astype(xp.uint8)
+
+
+def cell_average(image: Any, factor: int) -> NDArray[np.uint8]:
+    """Dispatcher: the working-size copy on the host; a device image is averaged there and only the
+    small copy crosses the bus."""
+    xp = get_array_module(image)
+    if xp is np:
+        return cell_average_cpu(image, factor)
+    return to_host(cell_average_generic(xp, image, factor))
 
 
 def show_weight_cpu(mask: NDArray[np.float32], size: tuple[int, int], fade: float) -> NDArray[np.float32]:

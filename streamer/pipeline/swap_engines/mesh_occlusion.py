@@ -24,7 +24,8 @@ the threshold where it was set (hysteresis, no flicker at the edge), while new e
 the same frame (a moving hand's mask follows it at once); a released pixel fades over a few frames.
 A face covered over more than `FADE_COVER[0]` of its oval fades the whole swap out towards the target
 (fully at `FADE_COVER[1]`), smoothed over the track, so eyes and lips are never drawn on the occluder.
-The evidence is judged on the host from the small copy (a device frame sends that copy over the bus);
+The evidence is judged on the host from the small copy (gpu_ops.occlusion_mask.cell_average: a device
+frame averages the box there and sends only that copy over the bus);
 the mask returns to the frame's device through gpu_ops.occlusion_mask.
 """
 
@@ -35,8 +36,8 @@ import cv2
 import numpy as np
 from numpy.typing import NDArray
 
-from gpu_ops.backend import to_host
 from gpu_ops.masks import Mask, feather_inside_cpu, feather_outside_cpu, fill_polygons_cpu, smoothstep
+from gpu_ops.occlusion_mask import cell_average
 from gpu_ops.skin_model import (
     SkinColourModel,
     SkinThresholds,
@@ -127,22 +128,6 @@ def working_factor(mesh: Points) -> int:
     return max(1, round(height / WORK_HEIGHT))
 
 
-def working_image(host: NDArray[np.uint8], factor: int) -> NDArray[np.uint8]:
-    """The face box averaged over factor x factor cells; the last partial row and column of cells are
-    the average of the pixels they have, so cell (i, j) always covers frame rows i*factor.. and
-    columns j*factor.. of the box."""
-    if factor == 1:
-        return host
-    height, width = host.shape[:2]
-    whole_h, whole_w = height // factor * factor, width // factor * factor
-    padded = host
-    if whole_h != height or whole_w != width:
-        rows, columns = -(-height // factor) * factor, -(-width // factor) * factor
-        padded = cv2.copyMakeBorder(host, 0, rows - height, 0, columns - width, cv2.BORDER_REPLICATE)
-    size = (padded.shape[1] // factor, padded.shape[0] // factor)
-    return np.asarray(cv2.resize(padded, size, interpolation=cv2.INTER_AREA))
-
-
 def _average_models(old: SkinColourModel, new: SkinColourModel, weight: float) -> SkinColourModel:
     return SkinColourModel(
         chroma_mean=(old.chroma_mean + weight * (new.chroma_mean - old.chroma_mean)).astype(np.float32),
@@ -197,10 +182,9 @@ def face_occlusion(
     in the frame; with `track` the decision is the track's (skin model, hysteresis, fade: see module
     docstring)."""
     thresholds = thresholds or OcclusionThresholds()
-    host = to_host(region)
     factor = working_factor(mesh)
     scale = frame_scale / factor  # working px per frame px
-    small = working_image(host, factor)
+    small = cell_average(region, factor)  # a device region is averaged there: only this copy crosses
     size = (small.shape[1], small.shape[0])
     # a cell's centre is the centre of its factor x factor region pixels
     points = ((mesh[:, :2] + 0.5) / factor - 0.5).astype(np.float32)

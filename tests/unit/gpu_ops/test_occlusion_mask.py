@@ -1,10 +1,17 @@
-"""The occlusion mask back at the face box's size: the generic path equals OpenCV's resize."""
+"""The occlusion mask's array ops: the generic paths (what the device runs) equal the OpenCV ones."""
 
 import numpy as np
 import pytest
 
 from gpu_ops.errors import InvalidFrameError
-from gpu_ops.occlusion_mask import show_weight, show_weight_cpu, show_weight_generic
+from gpu_ops.occlusion_mask import (
+    cell_average,
+    cell_average_cpu,
+    cell_average_generic,
+    show_weight,
+    show_weight_cpu,
+    show_weight_generic,
+)
 
 
 @pytest.mark.parametrize("size", [(97, 131), (40, 30), (25, 25)])
@@ -29,3 +36,22 @@ def test_bad_masks_are_refused() -> None:
         show_weight_cpu(np.zeros((4, 4), np.float64), (8, 8), 1.0)  # type: ignore[arg-type]
     with pytest.raises(InvalidFrameError):
         show_weight_cpu(np.zeros((4, 4), np.float32), (0, 8), 1.0)
+
+
+@pytest.mark.parametrize(("shape", "factor"), [((286, 234), 5), ((60, 48), 4), ((61, 47), 3), ((10, 12), 1)])
+def test_cell_average_generic_matches_opencv_area_resize(shape: tuple[int, int], factor: int) -> None:
+    rng = np.random.default_rng(5)
+    image = rng.integers(0, 256, (*shape, 3), dtype=np.uint8)
+    expected = cell_average_cpu(image, factor)
+    assert expected.shape == (-(-shape[0] // factor), -(-shape[1] // factor), 3)
+    generic = cell_average_generic(np, image, factor)
+    assert np.abs(generic.astype(np.int16) - expected).max() <= 1
+    assert np.array_equal(cell_average(image, factor), expected)  # the host dispatch is the OpenCV path
+
+
+def test_a_cell_is_the_mean_of_its_pixels_and_a_partial_cell_repeats_the_edge() -> None:
+    image = np.zeros((5, 4, 3), np.uint8)
+    image[:4, :4] = 40
+    image[4, :] = 200  # the last row: alone in a partial cell, repeated to fill it
+    small = cell_average_cpu(image, 4)
+    assert small.shape == (2, 1, 3) and small[0, 0, 0] == 40 and small[1, 0, 0] == 200
