@@ -49,7 +49,9 @@ def cell_average_cpu(image: NDArray[np.uint8], factor: int) -> NDArray[np.uint8]
     rows, columns = -(-height // factor) * factor, -(-width // factor) * factor
     padded = image
     if rows != height or columns != width:
-        padded = cv2.copyMakeBorder(image, 0, rows - height, 0, columns - width, cv2.BORDER_REPLICATE)
+        padded = np.asarray(
+            cv2.copyMakeBorder(image, 0, rows - height, 0, columns - width, cv2.BORDER_REPLICATE), np.uint8
+        )
     size = (columns // factor, rows // factor)
     return np.asarray(cv2.resize(padded, size, interpolation=cv2.INTER_AREA))
 

@@ -110,7 +110,7 @@ def decode_palms(
     """[M, 19] kept detections (cx, cy, w, h, 7 x (x, y), score) in [0, 1] square units, weighted NMS."""
     raw = np.asarray(regressors, np.float32).reshape(-1, 18)
     scores = 1.0 / (1.0 + np.exp(-np.clip(np.asarray(logits, np.float32).reshape(-1), -100.0, 100.0)))
-    decoded = raw / PALM_SIZE
+    decoded = (raw / PALM_SIZE).astype(np.float32)
     decoded[:, 0:2] += _ANCHORS
     decoded[:, 4::2] += _ANCHORS[:, 0:1]
     decoded[:, 5::2] += _ANCHORS[:, 1:2]
@@ -165,11 +165,11 @@ class HandFinder:
         self._landmark_names = [tensor.name for tensor in landmark_spec.outputs[:2]]
         self._crop_size = (landmark_spec.input_size or (224, 224))[0]
 
-    def palms(self, frame: NDArray[np.uint8]) -> list[Palm]:
+    def palms(self, frame: NDArray[np.uint8], score_threshold: float = PALM_SCORE) -> list[Palm]:
         """Palm detections in frame px, best first (false positives on skin included)."""
         square, scale, offset = letterbox(frame, PALM_SIZE)
         regressors, logits = self._palm.run(self._palm_names, {"input_1": square})
-        found = decode_palms(regressors, logits)
+        found = decode_palms(regressors, logits, score_threshold)
         palms = []
         for row in found[: MAX_HANDS * 2]:
             to_frame = (row[0:18].reshape(9, 2) * PALM_SIZE - offset) / scale

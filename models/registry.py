@@ -332,6 +332,7 @@ _SPECS: tuple[ModelSpec, ...] = (
             input_size=(192, 192),
             scale=1.0 / 255.0,
             decoder="mediapipe_palm",
+            bundled=variant == "lite",  # the mesh engine's hands in front of a face (mesh_hands.py)
         )
         for variant, digest, size in (
             ("lite", "94ddeb8ba4146f4a3d7c64cd6ba2c79b39cfedbec8a992dc42f782bed8ef0d6d", 3891331),
@@ -358,6 +359,7 @@ _SPECS: tuple[ModelSpec, ...] = (
             input_size=(224, 224),
             scale=1.0 / 255.0,
             decoder="mediapipe_hand",
+            bundled=variant == "lite",  # the mesh engine's hands in front of a face (mesh_hands.py)
         )
         for variant, digest, size in (
             ("lite", "a54e8c18a507d7c93aecb553999b53542cacb97ed8e9d87afdc3787e9599bba5", 4088036),

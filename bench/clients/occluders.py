@@ -59,6 +59,79 @@ def lower_cheek_patch(image: Frame, mesh: Points) -> Frame:
     return painted
 
 
+def _skin_colour(image: Frame, mesh: Points) -> NDArray[np.float32]:
+    """The face's own skin colour (median over both cheeks), RGB float."""
+    height = _height(mesh)
+    samples = []
+    for index in (50, 280):  # the cheeks' centres
+        x, y = _pt(mesh[index, :2])
+        r = max(2, round(0.04 * height))
+        samples.append(image[max(0, y - r) : y + r, max(0, x - r) : x + r].reshape(-1, 3))
+    return np.median(np.concatenate(samples), axis=0).astype(np.float32)
+
+
+def hand(image: Frame, mesh: Points, shift: tuple[float, float] = (0.0, 0.0)) -> Frame:
+    """A skin-toned hand (the face's own skin colour, a little pinker) raised from below the subject's
+    right jaw, its palm on the jaw and four fingers side by side reaching up across the mouth and the
+    cheek, the thumb along the chin: shaded fingers with dark outlines, creases between them and at the
+    knuckles, a highlight along each, a palm darker at its rim and the wrist going down. `shift` moves the
+    hand by (x, y) shares of the face height (a hand raised, sliding across the face)."""
+    height = _height(mesh)
+    skin = _skin_colour(image, mesh) * np.array([1.06, 0.97, 0.95], np.float32)
+    finger_w = 0.085 * height
+    palm_top = mesh[172, :2] + np.array([0.06 + shift[0], -0.02 + shift[1]]) * height  # the knuckles' middle
+    along = np.array([0.5, -1.0]) / np.hypot(0.5, 1.0)  # towards the fingertips: up, to the face's left
+    across = np.array([-along[1], along[0]])  # from the little finger to the index
+    layer = np.zeros(image.shape, np.float32)
+    cover = np.zeros(image.shape[:2], np.float32)
+
+    def colour(shade: float) -> tuple[float, float, float]:
+        tone = np.minimum(skin * shade, 255.0)
+        return float(tone[0]), float(tone[1]), float(tone[2])
+
+    def capsule(a: NDArray[np.floating], b: NDArray[np.floating], shade: float, width: float) -> None:
+        cv2.line(layer, _pt(a), _pt(b), colour(shade), max(1, round(width)), cv2.LINE_AA)
+        cv2.line(cover, _pt(a), _pt(b), 1.0, max(1, round(width)), cv2.LINE_AA)
+
+    def polygon(points: NDArray[np.floating], shade: float) -> None:
+        corners = np.round(points).astype(np.int32)
+        cv2.fillPoly(layer, [corners], colour(shade), cv2.LINE_AA)
+        cv2.fillPoly(cover, [corners], 1.0, cv2.LINE_AA)
+
+    palm_w, palm_l = 4.0 * finger_w, 0.36 * height
+    # the wrist and the palm, darker at the rim
+    wrist = palm_top - along * (palm_l + 0.3 * height)
+    wrist_half = across * palm_w * 0.38
+    polygon(np.array([wrist - wrist_half, wrist + wrist_half, palm_top - along * palm_l + wrist_half * 1.2, palm_top - along * palm_l - wrist_half * 1.2]), 0.8)  # fmt: skip
+    for inset, shade in ((0.0, 0.7), (0.1, 0.88), (0.25, 0.97)):
+        half = across * palm_w * (0.5 - inset * 0.5)
+        top, bottom = (
+            palm_top - along * inset * 0.2 * height,
+            palm_top - along * (palm_l * (1.0 - inset * 0.4)),
+        )
+        polygon(np.array([bottom - half * 0.85, bottom + half * 0.85, top + half, top - half]), shade)
+    # the thumb: from the palm's index side, bent along the chin
+    thumb_root = palm_top - along * palm_l * 0.7 + across * palm_w * 0.45
+    thumb_joint = thumb_root + (along * 0.55 + across * 0.6) * 0.14 * height
+    thumb_tip = thumb_joint + (along * 0.85 + across * 0.2) * 0.12 * height
+    fingers = [(thumb_root, thumb_joint), (thumb_joint, thumb_tip)]
+    for offset, length in ((-1.5, 0.27), (-0.5, 0.35), (0.5, 0.37), (1.5, 0.33)):
+        base = palm_top + across * offset * finger_w
+        fingers.append((base, base + (along + across * offset * 0.04) * length * height))
+    for base, tip in fingers:
+        capsule(base, tip, 0.6, finger_w)  # the outline and the crease to the next finger
+        capsule(base, tip, 0.9, finger_w * 0.8)
+        capsule(base + across * finger_w * 0.12, tip + across * finger_w * 0.12, 1.08, finger_w * 0.25)
+    for base, tip in fingers[2:]:
+        for at in (0.4, 0.7):  # the knuckle creases
+            middle, half = base + (tip - base) * at, across * finger_w * 0.3
+            cv2.line(layer, _pt(middle - half), _pt(middle + half), colour(0.68), 1, cv2.LINE_AA)
+        cv2.circle(layer, _pt(base + (tip - base) * 0.9), max(1, round(finger_w * 0.22)), colour(1.12), -1, cv2.LINE_AA)  # fmt: skip
+    cover = np.clip(cover, 0.0, 1.0)[..., None]
+    blended = image.astype(np.float32) * (1.0 - cover) + layer * cover
+    return np.asarray(np.clip(blended + 0.5, 0, 255), np.uint8)
+
+
 PAINTERS: dict[str, Painter] = {
     "microphone": microphone,
     "phone": phone,

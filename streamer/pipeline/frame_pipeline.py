@@ -43,6 +43,7 @@ from streamer.pipeline.swap_engines.base import (
 )
 from streamer.pipeline.swap_engines.inswapper import InswapperEngine
 from streamer.pipeline.swap_engines.mesh import MeshEngine
+from streamer.pipeline.swap_engines.mesh_hands import load_face_hands
 
 logger = logging.getLogger(__name__)
 
@@ -125,7 +126,8 @@ class FramePipeline:
         landmarker_session = store.batched_session(config.landmarker, inference)  # all streams' faces at once
         providers[config.landmarker] = landmarker_session.get_providers()[0]
         landmarker = Landmarker(landmarker_session, store.spec(config.landmarker))
-        engines: dict[str, SwapEngine] = {"mesh": MeshEngine(detector, landmarker)}
+        mesh = MeshEngine(detector, landmarker, hands=load_face_hands(store, session))  # hands: mesh_hands.py
+        engines: dict[str, SwapEngine] = {"mesh": mesh}
         inswapper_models = InswapperEngine.required_models(config.swapper_model)
         missing = [name for name in inswapper_models if not store.is_available(name)]
         if not missing:

@@ -5,11 +5,13 @@ from pathlib import Path
 import pytest
 
 from models.detector import Detector
+from models.hands import HandFinder
 from models.inference import InferenceConfig
 from models.landmarks import Landmarker
 from models.model_files import ModelStore
 from models.registry import get_spec
 from streamer.pipeline.swap_engines.mesh import MeshEngine
+from streamer.pipeline.swap_engines.mesh_hands import FaceHands
 
 
 @pytest.fixture(scope="module")
@@ -19,4 +21,10 @@ def engine(models_dir: Path) -> MeshEngine:
     config = InferenceConfig(intra_op_threads=2)
     detector = Detector(store.session("yunet_n", config), get_spec("yunet_n"))
     landmarker = Landmarker(store.session("facemesh_468", config), get_spec("facemesh_468"))
-    return MeshEngine(detector, landmarker)
+    finder = HandFinder(
+        store.session("palm_lite", config),
+        get_spec("palm_lite"),
+        store.session("hand_landmark_lite", config),
+        get_spec("hand_landmark_lite"),
+    )
+    return MeshEngine(detector, landmarker, hands=FaceHands(finder))

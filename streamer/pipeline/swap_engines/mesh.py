@@ -36,6 +36,7 @@ from models.face import Frame, TrackedFace
 from models.landmarks import Landmarker
 from streamer.pipeline.stage_timer import StageTimer
 from streamer.pipeline.swap_engines.base import EngineName, NoFaceError, SourceFace, SwapOptions
+from streamer.pipeline.swap_engines.mesh_hands import FaceHands
 from streamer.pipeline.swap_engines.mesh_memory import (
     MeshMemory,
     Smoothing,
@@ -90,8 +91,15 @@ class MeshEngine:
 
     name: EngineName = "mesh"
 
-    def __init__(self, detector: Detector, landmarker: Landmarker, config: MeshConfig | None = None) -> None:
+    def __init__(
+        self,
+        detector: Detector,
+        landmarker: Landmarker,
+        config: MeshConfig | None = None,
+        hands: FaceHands | None = None,
+    ) -> None:
         self.detector = detector
+        self.hands = hands  # hands in front of a face (mesh_hands.py); None: the skin model alone
         self.landmarker = landmarker
         self.config = config or MeshConfig()
         self.timer = StageTimer()  # per-face "warp" and "blend" times, read by the bench
@@ -164,13 +172,16 @@ class MeshEngine:
         x1, y1, x2, y2 = box
         if x2 - x1 < 2 or y2 - y1 < 2:
             return box
+        hands = self._hand_outlines(frame, mesh, options, track)
         region = frame[y1:y2, x1:x2]
         local = np.array(mesh, np.float32, copy=True)
         local[:, :2] -= np.array([x1, y1], np.float32)
+        corner = np.array([x1, y1], np.float32)
         working = working_size((x2 - x1, y2 - y1), self.config.working_px)
         origin = (float(x1), float(y1))
         if working is None or is_device_array(frame):  # the device path has the headroom (docs/gpu.md)
-            self._swap_region(region, local, source, options, track, origin, 1.0)
+            local_hands = [hand - corner for hand in hands]
+            self._swap_region(region, local, source, options, track, origin, 1.0, local_hands)
             return box
         started = time.perf_counter()
         small_target = shrink(region, working)
@@ -184,11 +195,25 @@ class MeshEngine:
             track,
             origin,
             working[0] / (x2 - x1),
+            [(hand - corner) * np.float32(working[0] / (x2 - x1)) for hand in hands],
         )
         swapped_at = time.perf_counter()
         composite_working_resolution(region, small_target, small, alpha)
         self.timer.record("resample", shrunk_at - started + time.perf_counter() - swapped_at)
         return box
+
+    def _hand_outlines(
+        self, frame: Frame, mesh: NDArray[np.float32], options: SwapOptions, track: TrackMemory | None
+    ) -> list[NDArray[np.float32]]:
+        """Outlines (frame px) of the hands in front of this face, at the track's cadence (mesh_hands.py)."""
+        if self.hands is None or not options.occlusion or self.config.occlusion is None:
+            return []
+        started = time.perf_counter()
+        low, high = mesh[:, :2].min(axis=0), mesh[:, :2].max(axis=0)
+        box = np.concatenate([low, high]).astype(np.float32)
+        outlines = self.hands.outlines(frame, box, track.hands if track is not None else None)
+        self.timer.record("hands", time.perf_counter() - started)
+        return outlines
 
     def _swap_region(
         self,
@@ -199,6 +224,7 @@ class MeshEngine:
         track: TrackMemory | None,
         origin: tuple[float, float] = (0.0, 0.0),
         scale: float = 1.0,
+        hands: Sequence[NDArray[np.float32]] = (),
     ) -> Any:
         """Swap the face whose mesh (region px) fills `region`, in place; returns the paste alpha (what
         of the source each pixel shows at the finest band), which the working-resolution composite uses.
@@ -237,6 +263,7 @@ class MeshEngine:
                 scale,
                 track.occlusion if track is not None else None,
                 self.config.occlusion,
+                hands,
             )
             self.last_occlusion = occlusion
             if occlusion.occluded:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpu_ops.backend import get_array_module
+from streamer.pipeline.swap_engines.mesh_hands import HandTrack
 from streamer.pipeline.swap_engines.mesh_occlusion import OcclusionTrack
 
 logger = logging.getLogger(__name__)
@@ -46,6 +47,7 @@ class TrackMemory:
     log_ratio: Any = None  # [gh, gw, 3] smoothed log shading ratio (NumPy or CuPy)
     lips_weight: float | None = None
     occlusion: OcclusionTrack = field(default_factory=OcclusionTrack)
+    hands: HandTrack = field(default_factory=HandTrack)
     last_frame: int = 0
 
 

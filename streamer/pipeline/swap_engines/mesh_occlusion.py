@@ -30,6 +30,7 @@ the mask returns to the frame's device through gpu_ops.occlusion_mask.
 """
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import cv2
@@ -175,12 +176,14 @@ def face_occlusion(
     frame_scale: float = 1.0,
     track: OcclusionTrack | None = None,
     thresholds: OcclusionThresholds | None = None,
+    hands: Sequence[Points] = (),
 ) -> Occlusion:
     """The occlusion of one face: `region` is its face box (H x W x 3 uint8 RGB, host or device), `mesh`
     its 468 points in region px; `origin` is the box's top-left corner in frame px and `frame_scale` the
     region's px per frame px (a box swapped at a working resolution), so a track's mask follows the face
     in the frame; with `track` the decision is the track's (skin model, hysteresis, fade: see module
-    docstring)."""
+    docstring). `hands`: outlines (region px) of hands in front of the face (mesh_hands.py): occluders
+    whatever their colour, over the features too."""
     thresholds = thresholds or OcclusionThresholds()
     factor = working_factor(mesh)
     scale = frame_scale / factor  # working px per frame px
@@ -254,6 +257,10 @@ def face_occlusion(
     # an occluder crossing the outline takes its part in the outline zone along (a microphone below the
     # chin); what lies only in that zone (the background past a jaw) is the rim guard's, not an occluder
     crossing = np.maximum(crossing, joined(crisp, (rim_evidence * (1.0 - protected)) > threshold))
+    if hands:
+        hand = (fill_polygons_cpu(size, [(h + 0.5) / factor - 0.5 for h in hands]) > 0) & oval
+        crossing = np.maximum(crossing, (hand & (protected > 0)).astype(np.float32))
+        crisp = np.maximum(crisp, hand.astype(np.float32))
     crisp = np.maximum(crisp, crossing)
     grown = cv2.dilate(crisp, disc(2.0 * EDGE_GROWTH * face_height))
     mask = np.minimum(cv2.GaussianBlur(grown, (0, 0), SOFTNESS * face_height) * 2.0, 1.0)
@@ -265,7 +272,9 @@ def face_occlusion(
         mask = np.maximum(mask, RELEASE * previous * (1.0 - gaze)).astype(np.float32)
     area = max(float(oval.sum()), 1.0)
     cover = float((mask * oval).sum() / area)
-    fade = 1.0 - float(smoothstep(np.float32((cover - FADE_COVER[0]) / (FADE_COVER[1] - FADE_COVER[0]))))
+    fade = 1.0 - float(
+        smoothstep(np.asarray((cover - FADE_COVER[0]) / (FADE_COVER[1] - FADE_COVER[0]), np.float32))
+    )
     if track is not None:
         fade = track.fade + FADE_WEIGHT * (fade - track.fade) if track.mask is not None else fade
         _remember(track, small, points, features, face_height, thresholds, model, cover)
