@@ -4,7 +4,8 @@ with the steps on and off, in alternating rounds (this machine's speed drifts 15
 Per frame: the multi-band blend with its band masks, the rim guard and the per-track smoothing, against
 the single feathered blend with no guard and no memory (MeshConfig(blend="feather", rim_guard=None,
 smoothing=None)), and the steps without only the target occlusion mask (MeshConfig(occlusion=None), issue
-18). Per source: the skin mask
+18; with it the hand check, mesh_hands.py, whose palm search runs every few frames, so its cost shows
+in the mean per frame, not in the median). Per source: the skin mask
 and occluder fill (MeshSourceConfig.skin_mask). 640x480 panning frames of the bench's target photo, one
 face, ORT and OpenCV on this CPU; prints medians per round and the differences.
 
@@ -32,6 +33,7 @@ from streamer.pipeline.face_tracker import analyse_image
 from streamer.pipeline.image_input import read_image_file
 from streamer.pipeline.swap_engines.base import StreamMemory, SwapOptions
 from streamer.pipeline.swap_engines.mesh import MeshConfig, MeshEngine
+from streamer.pipeline.swap_engines.mesh_hands import load_face_hands
 from streamer.pipeline.swap_engines.mesh_source import build_mesh_source
 
 logger = logging.getLogger("bench_mesh_steps")
@@ -60,9 +62,13 @@ def main() -> int:
         "no-occlusion": dataclasses.replace(default, occlusion=None),
         "off": dataclasses.replace(default, blend="feather", rim_guard=None, smoothing=None, occlusion=None),
     }
-    engines = {name: MeshEngine(detector, landmarker, config) for name, config in configs.items()}
+    hands = load_face_hands(store, lambda name: store.session(name, inference))
+    engines = {
+        name: MeshEngine(detector, landmarker, config, hands=hands) for name, config in configs.items()
+    }
     sources = {name: engine.prepare_source(photo) for name, engine in engines.items()}
     per_frame: dict[str, list[float]] = {name: [] for name in configs}
+    mean_frame: dict[str, list[float]] = {name: [] for name in configs}
     for _ in range(args.rounds):
         for name, engine in engines.items():
             memory, times = StreamMemory(), []
@@ -71,6 +77,7 @@ def main() -> int:
                 engine.swap(frame, found, sources[name], SwapOptions(memory=memory))
                 times.append(time.perf_counter() - started)
             per_frame[name].append(float(np.median(times)) * 1000.0)
+            mean_frame[name].append(float(np.mean(times)) * 1000.0)
     mesh = engines["on"].source_mesh(photo)
     without_skin = dataclasses.replace(default.source, skin_mask=False)
     per_source: dict[str, list[float]] = {"on": [], "off": []}
@@ -83,6 +90,10 @@ def main() -> int:
     occlusion = np.array(per_frame["on"]) - np.array(per_frame["no-occlusion"])
     count, seconds = engines["on"].timer.totals().get("occlusion", (0, 0.0))
     occlusion_step = [seconds / max(count, 1) * 1000.0]
+    hand_count, hand_seconds = engines["on"].timer.totals().get("hands", (0, 0.0))
+    hand_step = hand_seconds / max(hand_count, 1) * 1000.0
+    # the hand search runs every few frames: a median hides it, the mean does not
+    occlusion_mean = np.array(mean_frame["on"]) - np.array(mean_frame["no-occlusion"])
     lines = [
         f"{machine_description()}; 640x480, 1 face, {args.frames} frames x {args.rounds} alternating rounds",
         f"swap per face, steps on  (ms, median per round): {', '.join(f'{v:.2f}' for v in per_frame['on'])}",
@@ -92,6 +103,9 @@ def main() -> int:
         f"per-frame cost of the steps: {', '.join(f'{v:.2f}' for v in added)}; median {np.median(added):.2f} ms",
         f"of which the occlusion mask: {', '.join(f'{v:.2f}' for v in occlusion)}; median "
         + f"{np.median(occlusion):.2f} ms (its own timer: mean {occlusion_step[0]:.2f} ms)",
+        f"occlusion mask with the hand check, mean per frame: {', '.join(f'{v:.2f}' for v in occlusion_mean)}; "
+        + f"median {np.median(occlusion_mean):.2f} ms (timers: mask {occlusion_step[0]:.2f} + hands "
+        + f"{hand_step:.2f} ms, {'on' if hands is not None else 'no hand models'})",
         "source preparation, skin mask on / off (ms, median): "
         + f"{np.median(per_source['on']):.1f} / {np.median(per_source['off']):.1f}",
     ]
