@@ -7,10 +7,16 @@ threshold counts as missed). The detector runs when the tracker loses confidence
 under `redetect_below`, or a face missed), and otherwise every `detect_every` frames to find faces that
 enter the picture: on a steady face that is one detection in ten frames instead of one in two. With a landmarker, box and 5 points come from the mesh on every frame (one
 consistent source); without one, from the detector. A missed face is held, unchanged, for `hold_frames`
-frames so the swap does not flicker; then it is dropped. Box, 5 points and mesh are One-Euro smoothed.
+frames so the swap does not flicker; then it is dropped. A face the swap was fading out because
+something covers most of it (`hold_covered`, told by the engine after each frame) is held longer,
+`covered_hold_frames`, with its last mesh: the landmarker loses a face behind a hand or a board, and when
+it shows again the detector finds it on the held box, so the track (and the engine's memory of it, its
+fade) goes on and the swap fades back in instead of starting a new track. Box, 5 points and mesh are
+One-Euro smoothed.
 """
 
 import logging
+from collections.abc import Collection
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
@@ -113,6 +119,7 @@ class _Track:
     mesh: FloatArray | None = None
     presence: float = 1.0  # the landmarker's face probability for the last mesh
     missed: int = 0
+    covered: bool = False  # the swap was fading out: something covers most of the face
     output: TrackedFace | None = None
     filters: dict[str, OneEuroFilter] = field(default_factory=dict)
 
@@ -145,6 +152,7 @@ class FaceTracker:
         detect_every: int = 10,
         detection_width: int = 320,
         hold_frames: int = 3,
+        covered_hold_frames: int = 45,
         iou_threshold: float = 0.3,
         presence_threshold: float = 0.5,
         redetect_below: float = 0.9,
@@ -152,15 +160,17 @@ class FaceTracker:
         frame_rate: float = 30.0,
         points_from_mesh: bool = True,
     ) -> None:
-        if detect_every < 1 or hold_frames < 0:
+        if detect_every < 1 or hold_frames < 0 or covered_hold_frames < hold_frames:
             raise ValueError(
-                f"detect_every must be >= 1 and hold_frames >= 0 (got {detect_every}, {hold_frames})"
+                "detect_every must be >= 1 and 0 <= hold_frames <= covered_hold_frames "
+                f"(got {detect_every}, {hold_frames}, {covered_hold_frames})"
             )
         self.detector = detector
         self.landmarker = landmarker
         self.detect_every = detect_every
         self.detection_width = detection_width
         self.hold_frames = hold_frames
+        self.covered_hold_frames = covered_hold_frames
         self.iou_threshold = iou_threshold
         self.presence_threshold = presence_threshold
         self.redetect_below = redetect_below
@@ -176,6 +186,12 @@ class FaceTracker:
         self._frame_index = -1
         self._last_detection_index = -(10**9)
         self._next_id = getattr(self, "_next_id", 0)
+
+    def hold_covered(self, track_ids: Collection[int]) -> None:
+        """The tracks whose swap is fading out for occlusion this frame (held `covered_hold_frames` when
+        the landmarker loses them); every other track is not covered."""
+        for track in self._tracks:
+            track.covered = track.track_id in track_ids
 
     def detection_due(self) -> bool:
         """Whether the next `track` call runs the detector: no faces yet, a face the landmarker is unsure
@@ -240,9 +256,12 @@ class FaceTracker:
         for track in observed:
             track.missed = 0
             track.output = self._smoothed(track, step.now)
-        self._tracks = [t for t in self._tracks if t.missed <= self.hold_frames and t.output is not None]
+        self._tracks = [t for t in self._tracks if t.missed <= self._hold(t) and t.output is not None]
         self._drop_duplicates()
         return [track.output for track in sorted(self._tracks, key=lambda t: t.track_id) if track.output]
+
+    def _hold(self, track: _Track) -> int:
+        return self.covered_hold_frames if track.covered else self.hold_frames
 
     def _detect(self, frame: Frame, detections: Detections | None) -> list[_Track]:
         """Run the detector (unless given its result); update matched tracks, start new ones, count the

@@ -3,6 +3,7 @@
 Models are loaded once (`FramePipeline.load`) and owned here; the daemon's worker thread, the `swap`
 command and the benchmarks all call `process_batch`. Per-stream state (face tracks, smoothing) lives in a
 `StreamState` so one pipeline serves many streams. Not thread-safe: one worker thread calls it.
+(A little over 400 lines: loading, batched tracking and swapping are one flow that reads best whole.)
 """
 
 import logging
@@ -279,8 +280,11 @@ class FramePipeline:
             ]
             swap_batch = getattr(engine, "swap_batch", None)
             swapped = swap_batch(batch) if swap_batch else [engine.swap(*item) for item in batch]
+            covered = getattr(engine, "covered_tracks", None)  # the tracker holds a covered face
             for (index, _), frame in zip(items, swapped):
                 outputs[index] = frame
+                if covered is not None:
+                    jobs[index].stream.tracker.hold_covered(covered(jobs[index].stream.memory))
         finished = time.perf_counter()
         if swapping:
             self.timer.record("track", tracked - started)

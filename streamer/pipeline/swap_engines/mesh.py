@@ -35,7 +35,13 @@ from models.detector import Detector
 from models.face import Frame, TrackedFace
 from models.landmarks import Landmarker
 from streamer.pipeline.stage_timer import StageTimer
-from streamer.pipeline.swap_engines.base import EngineName, NoFaceError, SourceFace, SwapOptions
+from streamer.pipeline.swap_engines.base import (
+    EngineName,
+    NoFaceError,
+    SourceFace,
+    StreamMemory,
+    SwapOptions,
+)
 from streamer.pipeline.swap_engines.mesh_hands import FaceHands
 from streamer.pipeline.swap_engines.mesh_memory import (
     MeshMemory,
@@ -62,6 +68,7 @@ BLEND_METHODS: tuple[BlendMethod, ...] = get_args(BlendMethod)
 PasteBox = tuple[int, int, int, int]  # x1, y1, x2, y2 (exclusive), frame px
 
 MIN_FACE_PRESENCE = 0.5
+COVERED_FADE = 0.5  # a track whose swap shows less than this is covered (the tracker holds it)
 
 
 @dataclass(frozen=True)
@@ -114,6 +121,12 @@ class MeshEngine:
     def add_occlusion_listener(self, listener: Callable[[], None]) -> None:
         """Call `listener()` for every face swapped with something in front of it (/metrics)."""
         self._occlusion_listeners.append(listener)
+
+    def covered_tracks(self, memory: StreamMemory) -> set[int]:
+        """The stream's face tracks whose swap is fading out because something covers most of the face
+        (the tracker holds them through it: face_tracker.FaceTracker.hold_covered)."""
+        tracks = memory.part(MeshMemory).tracks
+        return {track_id for track_id, track in tracks.items() if track.occlusion.fade < COVERED_FADE}
 
     def source_mesh(self, image: Frame) -> NDArray[np.float32]:
         """The 468-point mesh of the largest face in a photo; NoFaceError when there is none."""

@@ -305,3 +305,37 @@ def test_the_detector_runs_on_the_frame_after_the_landmarker_loses_confidence() 
     faces = run(tracker, 20)
     assert [number for number, _ in detector.calls] == [0, 6, 13]
     assert all(len(frame_faces) == 1 for frame_faces in faces)  # held through the miss: no flicker
+
+
+def test_a_covered_face_is_held_longer_and_keeps_its_track_when_it_shows_again() -> None:
+    """The engine says the swap of track 0 is fading out (something covers the face): the landmarker
+    loses it for 6 frames, more than hold_frames, and the tracker holds it until it shows again, then
+    follows it under the same id; a face not covered is dropped after hold_frames as before."""
+    scene = {n: [STILL_FACE] for n in range(12)}
+    lost = frozenset(range(3, 9))
+    covered = FaceTracker(
+        ScriptedDetector(scene),
+        ScriptedLandmarker(scene, absent_on=lost),
+        hold_frames=2,
+        covered_hold_frames=8,
+        smoothing=None,
+    )
+    ids = []
+    for number in range(12):
+        faces = covered.track(frame_number(number))
+        covered.hold_covered({0} if number >= 2 else set())
+        ids.append([face.track_id for face in faces])
+    assert ids == [[0]] * 12
+
+    plain = FaceTracker(
+        ScriptedDetector(scene),
+        ScriptedLandmarker(scene, absent_on=lost),
+        hold_frames=2,
+        covered_hold_frames=8,
+        smoothing=None,
+    )
+    plain_ids = [[face.track_id for face in plain.track(frame_number(number))] for number in range(12)]
+    # dropped after 2 held frames; the face that shows again is a new track
+    assert plain_ids[:5] == [[0]] * 5 and [] in plain_ids and plain_ids[-1] not in ([], [0])
+    with pytest.raises(ValueError):
+        FaceTracker(ScriptedDetector({}), None, hold_frames=5, covered_hold_frames=4)
