@@ -123,6 +123,12 @@ def add_network_options(parser: argparse.ArgumentParser) -> None:
         help="this daemon's external base URL: Location headers point there, so a call's later requests "
         "reach this daemon behind a proxy (else $LIVEFUSE_PUBLIC_URL)",
     )
+    parser.add_argument(
+        "--trusted-proxies",
+        metavar="CIDR[,CIDR]",
+        help="proxies whose X-Forwarded-For / Forwarded headers name the client for the rate limit and "
+        "the audit log; from any other peer those headers are ignored (else $LIVEFUSE_TRUSTED_PROXIES)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -79,6 +79,7 @@ SAMPLES = {  # a valid non-default value for flags whose values are checked
     "ice_port_range": ["50000-50099"],
     "public_address": ["203.0.113.7"],
     "public_url": ["https://livefuse-0.example.com"],
+    "trusted_proxies": ["10.0.0.0/8,fd00::/8"],
 }
 
 # flags that only make sense with another: given to both sides of the comparison
@@ -135,7 +136,8 @@ def test_absent_flags_build_the_configs_defaults(
     command: str, photo: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     for variable in ("LIVEFUSE_TOKEN", "LIVEFUSE_ICE_SERVERS", "LIVEFUSE_TURN_SECRET", "LIVEFUSE_TURN_TTL",
-                     "LIVEFUSE_ICE_PORT_RANGE", "LIVEFUSE_PUBLIC_ADDRESS", "LIVEFUSE_PUBLIC_URL"):  # fmt: skip
+                     "LIVEFUSE_ICE_PORT_RANGE", "LIVEFUSE_PUBLIC_ADDRESS", "LIVEFUSE_PUBLIC_URL",
+                     "LIVEFUSE_TRUSTED_PROXIES"):  # fmt: skip
         monkeypatch.delenv(variable, raising=False)
     args = _parse(command, photo)
     for config in CONFIGS[command]:
