@@ -1,6 +1,8 @@
 """One WebRTC peer: its RTCPeerConnection, the reader task that feeds the worker, the outbound swapped
 track, its settings and source. Ends itself (through `on_ended`) on ICE failure, a closed connection or a
-peer that stopped sending for `idle_timeout_s`; its owner (the SessionRegistry) then calls `close()`.
+peer that stopped sending for `idle_timeout_s` (for up to NETWORK_GAP_TIMEOUT_S while its network path is
+still alive: a cut of the path is not a gone peer, streamer/realtime/idle_reaper.py); its owner (the
+SessionRegistry) then calls `close()`.
 """
 
 import asyncio
@@ -23,7 +25,7 @@ from av import VideoFrame
 
 from models.face import Frame
 from streamer.realtime.batch_worker import BatchWorker
-from streamer.realtime.idle_reaper import FIRST_FRAME_TIMEOUT_S
+from streamer.realtime.idle_reaper import FIRST_FRAME_TIMEOUT_S, NETWORK_GAP_TIMEOUT_S
 from streamer.realtime.metrics import DaemonMetrics
 from streamer.realtime.outbound_track import MediaFrame, OutboundTrack
 from streamer.realtime.pipeline_binding import PipelineBinding, Settings
@@ -31,6 +33,7 @@ from streamer.realtime.session_outputs import SessionOutputs
 from streamer.realtime.swap_cadence import SwapCadence
 from streamer.realtime.worker_lane import InboundFrame, WorkerLane
 from streamer.transport.codec_tuning import prefer_codec
+from streamer.transport.path_liveness import path_state
 
 logger = logging.getLogger(__name__)
 
@@ -160,9 +163,31 @@ class PeerSession:
         if self._on_ended is not None:
             self._on_ended(self.session_id, reason)
 
+    def path_alive(self) -> bool:
+        """True while ICE is up and the peer is still there (streamer/transport/path_liveness.py)."""
+        return path_state(self._pc) == "alive"
+
+    def _keeps_waiting(self, silent_s: float, gap_logged: bool) -> bool:
+        """After `silent_s` without video: wait on (a network gap) or end the session (a gone peer)."""
+        if not self.frames_in or silent_s >= max(NETWORK_GAP_TIMEOUT_S, self._idle_timeout_s):
+            return False
+        if not self.path_alive():
+            return False
+        if not gap_logged:
+            logger.info(
+                "session %s: no video for %.1f s but its network path is alive; waiting up to %.0f s",
+                self.session_id,
+                silent_s,
+                NETWORK_GAP_TIMEOUT_S,
+                extra={**self._extra, "event": "network_gap"},
+            )
+        return True
+
     async def _read_video(self, track: MediaStreamTrack) -> None:
         """Newest-frame reader: aiortc's receive queue is unbounded, so read it as fast as it fills."""
         timeout = FIRST_FRAME_TIMEOUT_S
+        last_frame_at = time.monotonic()
+        gap_logged = False
         try:
             while self._closed is None:
                 try:
@@ -171,11 +196,25 @@ class PeerSession:
                     async with asyncio.timeout(timeout):
                         frame = await track.recv()
                 except TimeoutError:
-                    self._end(f"no video for {timeout:.0f} s")
+                    silent_s = time.monotonic() - last_frame_at
+                    if self._keeps_waiting(silent_s, gap_logged):
+                        gap_logged = True
+                        timeout = min(self._idle_timeout_s, 1.0)  # look at the path again soon
+                        continue
+                    self._end(f"no video for {silent_s:.0f} s")
                     return
                 except MediaStreamError:
                     self._end("remote video ended")
                     return
+                if gap_logged:
+                    logger.info(
+                        "session %s: video back after %.1f s",
+                        self.session_id,
+                        time.monotonic() - last_frame_at,
+                        extra={**self._extra, "event": "network_gap_over"},
+                    )
+                    gap_logged = False
+                last_frame_at = time.monotonic()
                 timeout = self._idle_timeout_s
                 assert isinstance(frame, VideoFrame)
                 self._count_in()
