@@ -1,0 +1,59 @@
+"""What a call over a bad network got back: the share of frames back, latency percentiles, the longest
+gap between frames, and how long the video took to come back after a cut. Read from a PeerClient's
+received frames (counter stamps: each names the frame it was, so its send time is known)."""
+
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+
+from bench.clients.peer_client import PeerClient
+
+
+@dataclass(frozen=True)
+class CallQuality:
+    sent: int
+    received: int
+    frames_back: float  # received / sent over the window
+    p50_ms: float | None
+    p95_ms: float | None
+    longest_gap_ms: float  # between two frames received, within the window
+    # after a cut: from the path's return to the first frame received that was sent after it
+    recovery_ms: float | None = None
+
+    def describe(self) -> str:
+        def ms(value: float | None) -> str:
+            return f"{value:.0f} ms" if value is not None else "-"
+
+        return (
+            f"{self.frames_back:.0%} of {self.sent} frames back, p50 {ms(self.p50_ms)}, p95 {ms(self.p95_ms)}, "
+            f"longest gap {ms(self.longest_gap_ms)}, back after the cut {ms(self.recovery_ms)}"
+        )
+
+
+def call_quality(
+    client: PeerClient, since: int, sent_before: int, path_back_ms: float | None = None
+) -> CallQuality:
+    """The window from index `since` of `client.received` (when `sent_before` frames had been sent)
+    to now; `path_back_ms` (the clients' clock, bench.clients.loopback_client.now_ms): when a cut ended."""
+    frames = client.received[since:]
+    sent = client.track.sent - sent_before
+    latencies = [frame.latency_ms for frame in frames if frame.latency_ms is not None]
+    arrivals = [frame.received_ms for frame in frames]
+    longest_gap_ms = max((b - a for a, b in itertools.pairwise(arrivals)), default=0.0)
+    recovery_ms = None
+    if path_back_ms is not None:
+        for frame in frames:
+            sent_ms = client.track.sent_ms.get(frame.stamp) if frame.stamp is not None else None
+            if sent_ms is not None and sent_ms >= path_back_ms:
+                recovery_ms = frame.received_ms - path_back_ms
+                break
+    return CallQuality(
+        sent=sent,
+        received=len(frames),
+        frames_back=len(frames) / sent if sent else 0.0,
+        p50_ms=float(np.percentile(latencies, 50)) if latencies else None,
+        p95_ms=float(np.percentile(latencies, 95)) if latencies else None,
+        longest_gap_ms=longest_gap_ms,
+        recovery_ms=recovery_ms,
+    )
