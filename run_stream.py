@@ -236,6 +236,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--baseline",
         help="with --live: a git revision whose daemon runs in alternating rounds with this one (A/B)",
     )
+    bench.add_argument(
+        "--loss", type=float, default=0.0, help="with --live: drop this share of datagrams each way (0.05)"
+    )
+    bench.add_argument("--cut", type=float, default=0.0, help="with --live: cut the path for this long (s)")
+    bench.add_argument("--cap-kbps", type=float, default=None, help="with --live: bandwidth cap each way")
     bench.add_argument("--width", type=int, default=640)
     bench.add_argument("--height", type=int, default=480)
     bench.add_argument("--media-dir", help="directory with face photos to use as frames and sources")

@@ -38,6 +38,7 @@ OWN: dict[str, set[str]] = {
     "bench": {
         "live", "whip", "soak", "gpu", "quick", "output_dir", "seconds", "frames", "streams", "rounds",
         "calls", "baseline", "width", "height", "media_dir", "output", "models_dir", "reference_face",
+        "loss", "cut", "cap_kbps",
     },
 }  # fmt: skip
 # DaemonConfig's defaults are the library's (tests, in-process apps); where `serve` chooses otherwise
