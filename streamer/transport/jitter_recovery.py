@@ -107,8 +107,8 @@ def install_loss_recovery() -> None:
     """Patch aiortc's jitter buffer and PLI sender (idempotent; reverted by TransportPatches)."""
     if getattr(JitterBuffer, RECOVERY_FLAG, False):
         return
-    JitterBuffer.add = add_with_hole_timeout  # type: ignore[method-assign]
-    RTCRtpReceiver._send_rtcp_pli = send_rate_limited_pli  # type: ignore[method-assign]
+    JitterBuffer.add = add_with_hole_timeout  # type: ignore[method-assign,assignment]
+    RTCRtpReceiver._send_rtcp_pli = send_rate_limited_pli  # type: ignore[method-assign,assignment]
     setattr(JitterBuffer, RECOVERY_FLAG, True)
     logger.info(
         "aiortc loss recovery: holes given up after %.0f ms with a keyframe request (one per %.1f s)",
