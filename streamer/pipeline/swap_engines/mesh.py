@@ -28,6 +28,7 @@ from gpu_ops.masks import blend, fill_polygons
 from gpu_ops.mesh_warp import apply_remap, build_remap
 from gpu_ops.multiband_blend import mask_planes, multiband_blend
 from gpu_ops.rim_guard import rim_guard
+from gpu_ops.working_resolution import composite_working_resolution, scale_mesh, shrink, working_size
 from models import face_mesh_topology as topology
 from models.detector import Detector
 from models.face import Frame, TrackedFace
@@ -74,6 +75,9 @@ class MeshConfig:
     # (fully below the first); None pastes the whole outline
     rim_guard: tuple[float, float] | None = (0.5, 0.75)
     smoothing: Smoothing | None = field(default_factory=Smoothing)  # None: every frame measured alone
+    # a paste box whose larger side exceeds this is swapped at this size and composited back at full
+    # resolution (docs/mesh_engine.md "Working resolution"); None: always at full resolution
+    working_px: int | None = 288
 
 
 class MeshEngine:
@@ -139,16 +143,48 @@ class MeshEngine:
         track: TrackMemory | None = None,
     ) -> PasteBox:
         """Swap one face in place; only pixels inside the returned box may change. `track`: this face's
-        memory of earlier frames (smoothing), None to measure this frame alone."""
+        memory of earlier frames (smoothing), None to measure this frame alone.
+
+        A box larger than `MeshConfig.working_px` is swapped at that size and composited back at full
+        resolution (gpu_ops.working_resolution), so a 720p close-up costs what a 480p face does.
+        """
         box = paste_box(mesh, frame.shape[1], frame.shape[0])
         x1, y1, x2, y2 = box
         if x2 - x1 < 2 or y2 - y1 < 2:
             return box
+        region = frame[y1:y2, x1:x2]
+        local = np.array(mesh, np.float32, copy=True)
+        local[:, :2] -= np.array([x1, y1], np.float32)
+        working = working_size((x2 - x1, y2 - y1), self.config.working_px)
+        if working is None or is_device_array(frame):  # the device path has the headroom (docs/gpu.md)
+            self._swap_region(region, local, source, options, track)
+            return box
         started = time.perf_counter()
-        size = (x2 - x1, y2 - y1)
-        origin = np.array([x1, y1], np.float32)
-        dst_triangles = mesh[topology.ALL_TRIANGLES, :2] - origin
-        on_device = is_device_array(frame)  # CuPy frame: field, warp, masks and blend stay on the device
+        small_target = shrink(region, working)
+        small = small_target.copy()
+        shrunk_at = time.perf_counter()
+        alpha = self._swap_region(
+            small, scale_mesh(local, (x2 - x1, y2 - y1), working), source, options, track
+        )
+        swapped_at = time.perf_counter()
+        composite_working_resolution(region, small_target, small, alpha)
+        self.timer.record("resample", shrunk_at - started + time.perf_counter() - swapped_at)
+        return box
+
+    def _swap_region(
+        self,
+        region: Frame,
+        mesh: NDArray[np.float32],
+        source: MeshSource,
+        options: SwapOptions,
+        track: TrackMemory | None,
+    ) -> Any:
+        """Swap the face whose mesh (region px) fills `region`, in place; returns the paste alpha (what
+        of the source each pixel shows at the finest band), which the working-resolution composite uses."""
+        started = time.perf_counter()
+        size = (region.shape[1], region.shape[0])
+        dst_triangles = mesh[topology.ALL_TRIANGLES, :2]
+        on_device = is_device_array(region)  # CuPy frame: field, warp, masks and blend stay on the device
         field_ = build_remap(dst_triangles, source.src_triangles, size, on_device=on_device)
         texture_name: TextureName = "texture_features_cut" if options.mouth_mask else "texture"
         warped = apply_remap(self._pixels(source, texture_name, on_device), field_)
@@ -159,9 +195,7 @@ class MeshEngine:
         if options.mouth_mask:
             # the soft cut travels with the texture; this hard zero covers target pixels inside the
             # inner-lip outline that the mesh gives to a curled lip triangle (mouth corners)
-            inner_mouth = fill_polygons(
-                size, [mesh[list(topology.LIPS_INNER), :2] - origin], on_device=on_device
-            )
+            inner_mouth = fill_polygons(size, [mesh[list(topology.LIPS_INNER), :2]], on_device=on_device)
             keep[inner_mouth > 0] = 0.0
         lips_weight = self.lips_weight(mesh, source)
         if track is not None and self.config.smoothing is not None:
@@ -170,7 +204,6 @@ class MeshEngine:
             lips = apply_remap(self._pixels(source, "lips_mask", on_device), field_)
             keep *= 1.0 - lips_weight * (lips.astype(np.float32) * np.float32(1.0 / 255.0))
         alpha = warped[..., 3].astype(np.float32) * np.float32(1.0 / 255.0) * keep
-        region = frame[y1:y2, x1:x2]
         if self.config.rim_guard is not None:
             zone = apply_remap(self._pixels(source, "rim_zone", on_device), field_)
             guard = rim_guard(
@@ -189,7 +222,7 @@ class MeshEngine:
         self.timer.record("warp", warped_at - started)
         self.timer.record("shading", relit_at - warped_at)
         self.timer.record("blend", time.perf_counter() - relit_at)
-        return box
+        return alpha
 
     @staticmethod
     def _pixels(source: MeshSource, name: TextureName, on_device: bool) -> Any:
