@@ -41,6 +41,7 @@ PATCHED_ATTRIBUTES: tuple[tuple[Any, str], ...] = (
     (JitterBuffer, "add"),
     (JitterBuffer, RECOVERY_FLAG),
     (RTCRtpReceiver, "_send_rtcp_pli"),
+    (RTCRtpReceiver, "_send_rtcp_nack"),
     (StunProtocol, "connection_made"),
     (StunProtocol, "datagram_received"),
     (StunProtocol, "error_received"),
