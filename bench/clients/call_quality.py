@@ -18,6 +18,9 @@ class CallQuality:
     p50_ms: float | None
     p95_ms: float | None
     longest_gap_ms: float  # between two frames received, within the window
+    # frames whose stamp is not newer than one already received: the decoder showed stale content (a
+    # frame decoded against a lost reference keeps the old picture's stamp strip); not in the latencies
+    stale: int = 0
     # after a cut: from the path's return to the first frame received that was sent after it
     recovery_ms: float | None = None
 
@@ -27,7 +30,8 @@ class CallQuality:
 
         return (
             f"{self.frames_back:.0%} of {self.sent} frames back, p50 {ms(self.p50_ms)}, p95 {ms(self.p95_ms)}, "
-            f"longest gap {ms(self.longest_gap_ms)}, back after the cut {ms(self.recovery_ms)}"
+            f"longest gap {ms(self.longest_gap_ms)}, back after the cut {ms(self.recovery_ms)}, "
+            f"{self.stale} stale"
         )
 
 
@@ -38,7 +42,17 @@ def call_quality(
     to now; `path_back_ms` (the clients' clock, bench.clients.loopback_client.now_ms): when a cut ended."""
     frames = client.received[since:]
     sent = client.track.sent - sent_before
-    latencies = [frame.latency_ms for frame in frames if frame.latency_ms is not None]
+    latencies: list[float] = []
+    newest_stamp, stale = -1, 0
+    for frame in frames:
+        if frame.stamp is None:
+            continue
+        if frame.stamp <= newest_stamp:
+            stale += 1
+            continue
+        newest_stamp = frame.stamp
+        if frame.latency_ms is not None:
+            latencies.append(frame.latency_ms)
     arrivals = [frame.received_ms for frame in frames]
     longest_gap_ms = max((b - a for a, b in itertools.pairwise(arrivals)), default=0.0)
     recovery_ms = None
@@ -56,4 +70,5 @@ def call_quality(
         p95_ms=float(np.percentile(latencies, 95)) if latencies else None,
         longest_gap_ms=longest_gap_ms,
         recovery_ms=recovery_ms,
+        stale=stale,
     )

@@ -18,6 +18,7 @@ from aiortc import (
     RTCConfiguration,
     RTCIceCandidate,
     RTCPeerConnection,
+    RTCRtpSender,
     RTCSessionDescription,
 )
 from aiortc.mediastreams import MediaStreamError
@@ -32,7 +33,7 @@ from streamer.realtime.pipeline_binding import PipelineBinding, Settings
 from streamer.realtime.session_outputs import SessionOutputs
 from streamer.realtime.swap_cadence import SwapCadence
 from streamer.realtime.worker_lane import InboundFrame, WorkerLane
-from streamer.transport.codec_tuning import prefer_codec
+from streamer.transport.codec_tuning import prefer_codec, sender_encoding
 from streamer.transport.path_liveness import path_state
 
 logger = logging.getLogger(__name__)
@@ -81,6 +82,7 @@ class PeerSession:
         self._on_ended = on_ended
         self._loop = asyncio.get_running_loop()
         self._pc: RTCPeerConnection | None = None
+        self._video_sender: RTCRtpSender | None = None
         self._outbound = OutboundTrack(on_sent=self._on_sent)
         self.outputs = SessionOutputs(session_id)  # WHEP viewers and the viewer page
         self._sends_video = True
@@ -117,6 +119,7 @@ class PeerSession:
         # created before the offer is applied so it takes the offer's video m-line with our preferences
         video = pc.addTransceiver(self._outbound, direction="sendrecv")
         prefer_codec(video, "video/VP8")
+        self._video_sender = video.sender
         await pc.setRemoteDescription(offer)
         await pc.setLocalDescription(await pc.createAnswer())
         # a WHIP publisher only sends: nothing reads the outbound track then (its viewers get the video)
@@ -317,6 +320,8 @@ class PeerSession:
             "connection_state": self._pc.connectionState if self._pc else "new",
             "quality": {**self._cadence.describe(), "frames_shed": self.frames_shed},
             "viewers": self.outputs.viewer_count,
+            # the encoder's bitrate (the receiver's REMB estimate once it came) and the size it sends
+            "sending": sender_encoding(self._video_sender) if self._video_sender is not None else None,
         }
 
     async def close(self) -> None:

@@ -13,12 +13,15 @@ from aiortc.rtcrtpparameters import RTCRtpCodecParameters
 
 from streamer.transport.codec_tuning import (
     MAX_BITRATE,
+    MIN_BITS_PER_PIXEL,
     LowLatencyH264Encoder,
     TunedVp8Encoder,
     bitrate_for_resolution,
     get_tuned_encoder,
     install_codec_tuning,
     prefer_codec,
+    scaled_size,
+    send_scale,
 )
 from streamer.transport.ice_addresses import restrict_ice_addresses
 
@@ -107,3 +110,29 @@ async def test_answer_prefers_vp8_when_offer_lists_h264_first() -> None:
     finally:
         await offerer.close()
         await answerer.close()
+
+
+def test_the_send_scale_steps_down_when_the_estimate_is_low_and_up_only_with_headroom() -> None:
+    full_needs = 640 * 480 * 30 * MIN_BITS_PER_PIXEL  # 461 kbit/s
+    assert send_scale(640, 480, 2_000_000) == 1.0
+    assert send_scale(640, 480, int(full_needs)) == 1.0
+    assert send_scale(640, 480, 400_000) == 0.75  # a 500 kbit/s link's estimate
+    assert send_scale(640, 480, 150_000) == 0.5  # the floor
+    assert send_scale(1280, 720, 300_000) == 0.5
+    # back up from 0.75 only with 25 % headroom over what full size needs
+    assert send_scale(640, 480, int(full_needs * 1.1), current=0.75) == 0.75
+    assert send_scale(640, 480, int(full_needs * 1.3), current=0.75) == 1.0
+    assert scaled_size(640, 480, 0.75) == (480, 360) and scaled_size(642, 482, 0.5) == (320, 240)
+
+
+def test_a_low_estimate_encodes_smaller_frames_and_a_high_one_full_size() -> None:
+    tuned = TunedVp8Encoder()
+    tuned.encode(_frame(640, 480))
+    assert tuned.sent_size == (640, 480)  # before any estimate: the size rule, full size
+    tuned.target_bitrate = 350_000  # a REMB estimate from a 400 kbit/s link
+    payloads, _ = tuned.encode(_frame(640, 480, 1))
+    assert payloads and tuned.sent_size == (480, 360)
+    assert tuned.codec is not None and (tuned.codec.width, tuned.codec.height) == (480, 360)
+    tuned.target_bitrate = 2_000_000
+    tuned.encode(_frame(640, 480, 2))
+    assert tuned.sent_size == (640, 480)
