@@ -2,7 +2,14 @@
 // with a source-photo upload, live settings and stats. Standard APIs only (current Chrome and Firefox).
 import { apiFetch, iceServers } from './api.js';
 import { LatencyWindow, StampReader, startLatencyReadout, startStamping } from './stamp.js';
-import { formatCadence, formatNumber as fmt, formatProcessing, summariseRtp, videoRtpReports } from './stats.js';
+import {
+  formatCadence,
+  formatNumber as fmt,
+  formatProcessing,
+  formatSending,
+  summariseRtp,
+  videoRtpReports,
+} from './stats.js';
 
 const CAPTURE_FPS = 30;
 const ICE_GATHERING_TIMEOUT_MS = 5000;
@@ -238,6 +245,7 @@ async function refreshServerStats(current) {
     setStat('stat-server-fps', `${fmt(server.fps_in, 1)} / ${fmt(server.fps_out, 1)}`);
     setStat('stat-processing', formatProcessing(server.processing_ms));
     setStat('stat-cadence', formatCadence(server.quality));
+    setStat('stat-server-sending', formatSending(server.sending));
   } catch (error) {
     if (call === current) showError(error.message);
   }

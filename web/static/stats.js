@@ -68,3 +68,14 @@ export function formatCadence(quality) {
   if (swapped === of) return 'every frame';
   return `${swapped} of ${of} frames (${quality.reason}; ${quality.frames_shed} skipped)`;
 }
+
+/**
+ * What the daemon's encoder sends ({bitrate_kbps, from_receiver_estimate, size}): "412 kbit/s
+ * (estimate), 480x360"; "(start)" before the browser's bandwidth estimate reached it.
+ */
+export function formatSending(sending) {
+  if (!sending || typeof sending.bitrate_kbps !== 'number') return '–';
+  const origin = sending.from_receiver_estimate ? 'estimate' : 'start';
+  const size = sending.size ? `, ${sending.size}` : '';
+  return `${formatNumber(sending.bitrate_kbps)} kbit/s (${origin})${size}`;
+}
