@@ -65,10 +65,11 @@ async function errorMessage(response) {
 /**
  * fetch() with auth and error handling. Resolves to the parsed JSON body, or null for empty answers.
  * @param {string} path absolute path such as /api/sessions
- * @param {{method?: string, json?: object, body?: BodyInit, contentType?: string, keepalive?: boolean}} options
+ * @param {{method?: string, json?: object, body?: BodyInit, contentType?: string, keepalive?: boolean,
+ *          timeoutMs?: number}} options  timeoutMs: no answer by then counts as unreachable (status 0)
  */
 export async function apiFetch(path, options = {}) {
-  const { method = 'GET', json, contentType, keepalive = false } = options;
+  const { method = 'GET', json, contentType, keepalive = false, timeoutMs } = options;
   const body = json !== undefined ? JSON.stringify(json) : options.body;
   for (let attempt = 0; ; attempt++) {
     const headers = {};
@@ -82,7 +83,8 @@ export async function apiFetch(path, options = {}) {
     }
     let response;
     try {
-      response = await fetch(routed(path), { method, body, headers, keepalive });
+      const signal = timeoutMs ? AbortSignal.timeout(timeoutMs) : undefined;
+      response = await fetch(routed(path), { method, body, headers, keepalive, signal });
     } catch (networkError) {
       throw new ApiError(0, `cannot reach the server (${networkError.message})`);
     }
