@@ -2,7 +2,8 @@
 # livefuse CPU image: the daemon on NumPy + the ONNX Runtime CPU provider (docs/deploy.md "Images").
 #   docker build -t livefuse:cpu .
 #   docker run --rm -p 8080:8080 -v /srv/livefuse/models:/models:ro -e LIVEFUSE_TOKEN=... livefuse:cpu
-# Models are not baked in: mount a directory of model files at /models (LIVEFUSE_MODELS).
+# The default models (models/bundled/) are in the image; mount more (inswapper, GFPGAN, the dlib
+# embedder) at /models (LIVEFUSE_MODELS).
 FROM python:3.12-slim-bookworm
 
 ENV PYTHONDONTWRITEBYTECODE=1 \

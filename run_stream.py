@@ -10,6 +10,7 @@ import importlib
 import logging
 import sys
 from collections.abc import Callable
+from typing import NoReturn
 
 # both cheap (no aiortc, no onnxruntime): every subcommand's parser is built from them
 from streamer.pipeline.choices import (
@@ -33,6 +34,41 @@ COMMANDS: dict[str, str] = {
 
 EXIT_ERROR = 1
 EXIT_BAD_INPUT = 2
+MAX_PORT = 65535
+
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """`--help` shows each flag's default, except where there is none to show (None, off, empty) or the
+    help text already says it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if action.default in (None, False, [], argparse.SUPPRESS) or "default" in text:
+            return text
+        return super()._get_help_string(action) or text
+
+
+class _Parser(argparse.ArgumentParser):
+    """Every mistake on the command line is one line naming the flag and the fix, exit code 2: no usage
+    dump (`--help` has it)."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        kwargs.setdefault("formatter_class", _HelpFormatter)
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+
+    def error(self, message: str) -> "NoReturn":
+        self.exit(EXIT_BAD_INPUT, f"error: {self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def port_number(text: str) -> int:
+    """`--port`: an integer 0..65535 (0: any free port), checked before anything starts."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number; use 1-{MAX_PORT}") from None
+    if not 0 <= port <= MAX_PORT:
+        raise argparse.ArgumentTypeError(f"{port} is not a port; use 1-{MAX_PORT} (0: any free port)")
+    return port
 
 
 def add_model_options(parser: argparse.ArgumentParser) -> None:
@@ -53,10 +89,27 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
 
 
 def add_swap_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--engine", choices=ENGINE_CHOICES, default="auto")
-    parser.add_argument("--swapper-model", choices=model_names("swapper"), default="inswapper_128")
-    parser.add_argument("--detector", choices=model_names("detector"), default="yunet_n")
-    parser.add_argument("--face-selector", choices=FACE_SELECTOR_MODES, default="many")
+    parser.add_argument(
+        "--engine",
+        choices=ENGINE_CHOICES,
+        default="auto",
+        help="swap engine (auto: inswapper when its files verify, else mesh)",
+    )
+    parser.add_argument(
+        "--swapper-model",
+        choices=model_names("swapper"),
+        default="inswapper_128",
+        help="swapper file of the inswapper engine",
+    )
+    parser.add_argument(
+        "--detector", choices=model_names("detector"), default="yunet_n", help="face detector model"
+    )
+    parser.add_argument(
+        "--face-selector",
+        choices=FACE_SELECTOR_MODES,
+        default="many",
+        help="which faces to swap: all, the largest, or those like --reference-face",
+    )
     parser.add_argument("--reference-face", help="image of the face to swap (with --face-selector reference)")
     parser.add_argument(
         "--reference-distance", type=float, default=0.6, help="max dlib distance to the reference"
@@ -132,17 +185,21 @@ def add_network_options(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="run_stream.py", description="livefuse: real-time face swap")
-    parser.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+    parser = _Parser(prog="run_stream.py", description="livefuse: real-time face swap")
+    parser.add_argument(
+        "--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"), help="log threshold"
+    )
     parser.add_argument(
         "--log-format", default=None, choices=("json", "text"), help="default: json for serve"
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="run the WebRTC daemon")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8080)
-    serve.add_argument("--max-sessions", type=int, default=8)
+    serve.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface; see --token)"
+    )
+    serve.add_argument("--port", type=port_number, default=8080, help="TCP port of the page and the API")
+    serve.add_argument("--max-sessions", type=int, default=8, help="calls at once; more are answered 503")
     serve.add_argument(
         "--ice-address",
         action="append",
@@ -173,11 +230,13 @@ def build_parser() -> argparse.ArgumentParser:
     camera = sub.add_parser("camera", help="local camera -> swap -> virtual camera")
     camera.add_argument("--device", required=True, help="camera device (or a video file, looped)")
     camera.add_argument("--source", required=True, help="source face image")
-    camera.add_argument("--virtual-cam", action="store_true")
-    camera.add_argument("--preview", action="store_true")
-    camera.add_argument("--width", type=int, default=1280)
-    camera.add_argument("--height", type=int, default=720)
-    camera.add_argument("--fps", type=int, default=30)
+    camera.add_argument(
+        "--virtual-cam", action="store_true", help="send the swapped video to a virtual camera"
+    )
+    camera.add_argument("--preview", action="store_true", help="show the swapped video in a window")
+    camera.add_argument("--width", type=int, default=1280, help="capture width (px)")
+    camera.add_argument("--height", type=int, default=720, help="capture height (px)")
+    camera.add_argument("--fps", type=int, default=30, help="capture frame rate")
     camera.add_argument("--virtual-cam-backend", help="pyvirtualcam backend (default: the system's)")
     camera.add_argument("--virtual-cam-device", help="e.g. /dev/video10 (default: first loopback device)")
     camera.add_argument("--frames", type=int, default=None, help="stop after N frames out (tests)")
@@ -224,7 +283,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--quick", action="store_true", help="with --gpu: small sizes and model (CPU check)")
     bench.add_argument("--output-dir", help="with --gpu: folder for gpu_bench.json and gpu_bench.md")
     bench.add_argument("--seconds", type=float, default=None, help="duration override")
-    bench.add_argument("--frames", type=int, default=200)
+    bench.add_argument("--frames", type=int, default=200, help="frames per measurement")
     bench.add_argument(
         "--streams", type=int, default=1, help="N > 1: N streams batched vs one call each (ms per frame)"
     )
@@ -241,8 +300,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench.add_argument("--cut", type=float, default=0.0, help="with --live: cut the path for this long (s)")
     bench.add_argument("--cap-kbps", type=float, default=None, help="with --live: bandwidth cap each way")
-    bench.add_argument("--width", type=int, default=640)
-    bench.add_argument("--height", type=int, default=480)
+    bench.add_argument("--width", type=int, default=640, help="frame width (px)")
+    bench.add_argument("--height", type=int, default=480, help="frame height (px)")
+    bench.add_argument(
+        "--face-size",
+        type=float,
+        default=None,
+        help="share of the frame's width the face takes, 0.02-0.9 (default a third, the frames of old)",
+    )
     bench.add_argument("--media-dir", help="directory with face photos to use as frames and sources")
     bench.add_argument("--output", help="also write the results as JSON to this file")
     add_model_options(bench)
@@ -283,6 +348,16 @@ def configure_logging(level: str, log_format: str) -> None:
         logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLevelName(level)))
 
 
+def check_models_dir(args: argparse.Namespace) -> None:
+    """A models directory the user named (`--models-dir`, $LIVEFUSE_MODELS) must exist before any command
+    reads it, or the bundled default models would be used in silence; `models fetch` creates it."""
+    if not hasattr(args, "models_dir") or getattr(args, "models_command", None) == "fetch":
+        return
+    from models.model_files import resolve_models_dir
+
+    resolve_models_dir(args.models_dir, must_exist=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure_logging(args.log_level, args.log_format or ("json" if args.command == "serve" else "text"))
@@ -290,6 +365,7 @@ def main(argv: list[str] | None = None) -> int:
 
     run: Callable[[argparse.Namespace], int] = importlib.import_module(COMMANDS[args.command]).run
     try:
+        check_models_dir(args)
         return run(args)
     except LivefuseError as error:
         sys.stderr.write(f"error: {error}\n")

@@ -17,6 +17,8 @@ from typing import Any
 from bench.clients.frames import (
     SOURCE_PHOTO,
     TARGET_PHOTO,
+    face_size_from_args,
+    face_size_label,
     machine_description,
     media_dir_from_args,
     panning_face_frames,
@@ -162,7 +164,10 @@ def run(args: argparse.Namespace) -> int:
         return run_soak(args)
     media = media_dir_from_args(args)
     pipeline = FramePipeline.load(resolve_models_dir(args.models_dir), config_from_args(PipelineConfig, args))
-    frames = panning_face_frames(read_image_file(media / TARGET_PHOTO), args.width, args.height, args.frames)
+    face_share = face_size_from_args(args)
+    frames = panning_face_frames(
+        read_image_file(media / TARGET_PHOTO), args.width, args.height, args.frames, face_share
+    )
     if args.streams > 1:
         return _report_batching(
             measure_batching(pipeline, frames, read_image_file(media / SOURCE_PHOTO), args), args
@@ -171,11 +176,12 @@ def run(args: argparse.Namespace) -> int:
     result.update(
         machine=machine_description(),
         size=f"{args.width}x{args.height}",
+        face_share=round(face_share, 4),
         detect_every=pipeline.config.detect_every,
         detection_width=pipeline.config.detection_width,
     )
     header = (
-        f"engine {result['engine']}  {result['size']}  1 face  detection when the mesh is unsure, at least "
+        f"engine {result['engine']}  {result['size']}  1 face, {face_size_label(face_share)}  detection when the mesh is unsure, at least "
         f"every {result['detect_every']} frames, at {result['detection_width']} px wide  {result['frames']} frames"
     )
     lines = [

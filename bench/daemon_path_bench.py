@@ -64,8 +64,11 @@ class DaemonPath:
             ]
             outputs = self.pipeline.process_batch(jobs)
             clock("pipeline")
-            converted = [  # untouched frames (None) go out as they came, as the worker sends them
-                frame if output is None else self.conversion.to_video_frame(str(index), output, frame)
+            converted = [  # untouched frames (None) go out as they came; swapped ones as the decoded
+                # planes with what the swap changed merged in: as the worker sends them
+                frame
+                if output is None
+                else self.conversion.to_video_frame(str(index), output, frame, source=rgb[index])
                 for index, (output, frame) in enumerate(zip(outputs, inputs))
             ]
             clock("convert_out")

@@ -31,6 +31,8 @@ import numpy as np
 from bench.clients.daemon_process import DaemonProcess
 from bench.clients.frames import (
     TARGET_PHOTO,
+    face_size_from_args,
+    face_size_label,
     machine_description,
     media_dir_from_args,
     panning_face_frames,
@@ -275,7 +277,11 @@ def loopback_bench(
     media = media_dir_from_args(args)
     models_dir = resolve_models_dir(args.models_dir).resolve()  # the daemon may run in another checkout
     frames = panning_face_frames(
-        read_image_file(media / TARGET_PHOTO), args.width, args.height, MOTION_FRAMES
+        read_image_file(media / TARGET_PHOTO),
+        args.width,
+        args.height,
+        MOTION_FRAMES,
+        face_size_from_args(args),
     )
     source_image, source_type = source_upload(media)
     with (
@@ -355,7 +361,7 @@ def run_live(args: argparse.Namespace) -> int:
     size = f"{args.width}x{args.height}"
     machine = machine_description()
     header = (
-        f"live: {size} @ {FPS:.0f} fps, {calls} call(s), {seconds:.0f} s per phase after {WARMUP_SECONDS:.0f} s "
+        f"live: {size} @ {FPS:.0f} fps, {face_size_label(face_size_from_args(args))}, {calls} call(s), {seconds:.0f} s per phase after {WARMUP_SECONDS:.0f} s "
         f"warm-up, loopback WebRTC, provider {args.execution_provider}, {machine}"
     )
     for run in runs:
@@ -369,6 +375,7 @@ def run_live(args: argparse.Namespace) -> int:
         report: dict[str, Any] = {
             "kind": "live",
             "size": size,
+            "face_share": round(face_size_from_args(args), 4),
             "fps": FPS,
             "calls": calls,
             "seconds": seconds,

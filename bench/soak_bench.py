@@ -366,14 +366,22 @@ def format_table(result: SoakResult) -> str:
 
 def run_soak(args: argparse.Namespace) -> int:
     """`bench --soak`: the real pipeline, 4 seats, 10 minutes (or --seconds); 1 when a check fails."""
-    from bench.clients.frames import SOURCE_PHOTO, TARGET_PHOTO, media_dir_from_args, panning_face_frames
+    from bench.clients.frames import (
+        SOURCE_PHOTO,
+        TARGET_PHOTO,
+        face_size_from_args,
+        face_size_label,
+        media_dir_from_args,
+        panning_face_frames,
+    )
     from streamer.pipeline.image_input import read_image_file
     from web.serve import load_pipeline_binding
 
     media = media_dir_from_args(args)
     seconds = args.seconds or DEFAULT_SECONDS
     config = SoakConfig(seconds=seconds, window_s=min(60.0, seconds / 6))
-    clip = panning_face_frames(read_image_file(media / TARGET_PHOTO), args.width, args.height, 90)
+    face_share = face_size_from_args(args)
+    clip = panning_face_frames(read_image_file(media / TARGET_PHOTO), args.width, args.height, 90, face_share)
     binding = load_pipeline_binding(args)
     started = time.monotonic()
     result = asyncio.run(
@@ -382,7 +390,9 @@ def run_soak(args: argparse.Namespace) -> int:
         )
     )
     logger.info("soak finished in %.0f s", time.monotonic() - started)
-    sys.stdout.write(format_table(result) + "\n")
+    sys.stdout.write(
+        f"{args.width}x{args.height}, {face_size_label(face_share)}\n" + format_table(result) + "\n"
+    )
     if getattr(args, "output", None):
         Path(args.output).write_text(json.dumps(result.to_json(), indent=2))
     return 0 if all(result.checks().values()) else 1

@@ -22,6 +22,8 @@ import aiohttp
 import numpy as np
 
 from bench.clients.frames import (
+    face_size_from_args,
+    face_size_label,
     machine_description,
 )
 from bench.clients.whip_client import WhepViewer, WhipPublisher
@@ -146,7 +148,7 @@ def run_whip(args: argparse.Namespace) -> int:
     size = f"{args.width}x{args.height}"
     machine = machine_description()
     header = (
-        f"whip -> whep: {size} @ {FPS:.0f} fps, H264 in, {seconds:.0f} s per phase after "
+        f"whip -> whep: {size} @ {FPS:.0f} fps, {face_size_label(face_size_from_args(args))}, H264 in, {seconds:.0f} s per phase after "
         f"{WARMUP_SECONDS:.0f} s warm-up, loopback, provider {args.execution_provider}, {machine}"
     )
     sys.stdout.write(format_whip_table(phases, header) + "\n")

@@ -48,8 +48,9 @@ def _write_table(rows: Sequence[Sequence[str]], out: TextIO) -> None:
 
 
 def list_models(store: ModelStore, out: TextIO) -> int:
-    """Table of every registry model and the state of its file (present files are verified)."""
-    rows = [("name", "role", "file", "size", "commercial", "licence", "status")]
+    """Table of every registry model, the state of its file (present files are verified) and where it was
+    found: the models directory, the bundled folder (models/bundled/) or nowhere ("-")."""
+    rows = [("name", "role", "file", "size", "commercial", "licence", "status", "found in")]
     for name in store.names():
         spec = store.spec(name)
         verdict = store.check(name)
@@ -63,9 +64,12 @@ def list_models(store: ModelStore, out: TextIO) -> int:
                 "yes" if spec.commercial_use else "no",
                 _shorten(spec.licence, _LICENCE_WIDTH),
                 status,
+                store.location(name),
             )
         )
     out.write(f"models directory: {store.models_dir}\n")
+    if store.bundled_dir is not None:
+        out.write(f"bundled models:   {store.bundled_dir} (used when the models directory lacks them)\n")
     _write_table(rows, out)
     return EXIT_OK
 
@@ -147,8 +151,9 @@ def pin_model(store: ModelStore, name: str, out: TextIO) -> int:
 def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     """Dispatch `models <list|verify|fetch|pin>`."""
     output = out if out is not None else sys.stdout
-    store = ModelStore(resolve_models_dir(getattr(args, "models_dir", None)))
     command = args.models_command
+    # fetch creates the directory it downloads into; every other command reads an existing one
+    store = ModelStore(resolve_models_dir(getattr(args, "models_dir", None), must_exist=command != "fetch"))
     if command == "list":
         return list_models(store, output)
     if command == "verify":

@@ -62,11 +62,17 @@ class DownloadResult:
 
 
 class ProgressBar:
-    """Plain-text progress on a stream (stderr): redrawn in place on a terminal, else an occasional line.
+    """Progress on a stream (stderr): on a terminal a bar redrawn in place, else a plain line now and then.
+
+    On a terminal: `label [##########----------]  50.0% 111/222 frames 29.8 frames/s, 4 s left`; elsewhere
+    (a log file, a pipe, CI) the same numbers without the bar, one line per `interval_s`. No dependency: the
+    project installs no progress library.
 
     :param interval_s: least time between redraws; default 0.5 s on a terminal, 5 s otherwise
     :param unit: what is counted ("MB" shows bytes in megabytes; "frames" counts items as they are)
     """
+
+    BAR_WIDTH = 24
 
     def __init__(
         self,
@@ -87,6 +93,7 @@ class ProgressBar:
         self._started_at = clock()
         self._started_bytes = 0
         self._last_drawn_at: float | None = None
+        self._drawn_width = 0  # of the bar last drawn in place, so a shorter one blanks its tail
 
     def begin(self, done: int) -> None:
         """Start measuring the rate from here (a resumed attempt starts with `done` bytes)."""
@@ -98,21 +105,38 @@ class ProgressBar:
         if self._last_drawn_at is not None and now - self._last_drawn_at < self._interval_s:
             return
         self._last_drawn_at = now
-        self._draw(done, total, now, end="\r" if self._is_terminal else "\n")
+        self._draw(done, total, now, final=False)
 
     def finish(self, done: int, total: int | None) -> None:
-        self._draw(done, total, self._clock(), end="\n")
+        self._draw(done, total, self._clock(), final=True)
 
-    def _draw(self, done: int, total: int | None, now: float, end: str) -> None:
+    def _draw(self, done: int, total: int | None, now: float, *, final: bool) -> None:
         elapsed = max(now - self._started_at, 1e-6)
         rate = (done - self._started_bytes) / elapsed / self._scale
         digits = 1 if self._scale > 1 else 0
         shown = f"{done / self._scale:.{digits}f}"
+        if not self._is_terminal:
+            if total:
+                text = f"{self.label}: {100.0 * done / total:5.1f}% {shown}/{total / self._scale:.{digits}f} {self.unit}"
+            else:
+                text = f"{self.label}: {shown} {self.unit}"
+            self._stream.write(f"{text} {rate:.1f} {self.unit}/s\n")
+            self._stream.flush()
+            return
         if total:
-            text = f"{self.label}: {100.0 * done / total:5.1f}% {shown}/{total / self._scale:.{digits}f} {self.unit}"
+            filled = min(self.BAR_WIDTH, round(self.BAR_WIDTH * done / total))
+            bar = "#" * filled + "-" * (self.BAR_WIDTH - filled)
+            text = f"{self.label} [{bar}] {100.0 * done / total:5.1f}% {shown}/{total / self._scale:.{digits}f} {self.unit}"
+            if not final and rate > 0 and done < total:
+                text += f" {rate:.1f} {self.unit}/s, {(total - done) / self._scale / rate:.0f} s left"
+            else:
+                text += f" {rate:.1f} {self.unit}/s"
         else:
-            text = f"{self.label}: {shown} {self.unit}"
-        self._stream.write(f"{text} {rate:.1f} {self.unit}/s{end}")
+            text = f"{self.label} {shown} {self.unit} {rate:.1f} {self.unit}/s"
+        padding = " " * max(0, self._drawn_width - len(text))
+        self._drawn_width = 0 if final else len(text)
+        end = "\n" if final else ""
+        self._stream.write(f"\r{text}{padding}{end}")
         self._stream.flush()
 
 

@@ -9,6 +9,7 @@ __all__ = [
     "ModelContractError",
     "ModelDownloadError",
     "ModelNotFoundError",
+    "ModelsDirectoryError",
     "UnknownModelError",
 ]
 
@@ -22,6 +23,14 @@ class UnknownModelError(LivefuseError, KeyError):
 
 class ModelNotFoundError(LivefuseError):
     """The model file is in none of the searched directories."""
+
+    exit_code = 2  # a set-up mistake the message names the fix for, like bad input
+
+
+class ModelsDirectoryError(LivefuseError):
+    """A models directory the user named (flag or variable) does not exist."""
+
+    exit_code = 2
 
 
 class ModelChecksumError(LivefuseError):

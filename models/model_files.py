@@ -1,5 +1,10 @@
 """Where model files live and whether they are the files the registry means.
 
+Files are looked for in the models directory (`--models-dir`, `$LIVEFUSE_MODELS`, the per-user cache);
+a registry row marked `bundled` is also found in `models/bundled/`, the small permissively licensed files
+that ship with the repository so the default engine runs on a fresh clone with no flag and no download.
+A copy in the models directory wins (even a broken one, which then fails loudly rather than falling back).
+
 Every file is sha256-verified before a session is built: a truncated or swapped copy must fail loudly,
 not produce a blurry face. Rows without a registered hash (weights users download themselves) are
 checked against a pin, a sha256sum-style `<file>.sha256` sidecar written by `models fetch` on first
@@ -22,7 +27,13 @@ from typing import Literal
 import onnxruntime as ort
 
 from models.batch_conversion import convert_to_dynamic_batch
-from models.errors import ModelChecksumError, ModelContractError, ModelNotFoundError, UnknownModelError
+from models.errors import (
+    ModelChecksumError,
+    ModelContractError,
+    ModelNotFoundError,
+    ModelsDirectoryError,
+    UnknownModelError,
+)
 from models.inference import InferenceConfig, create_session
 from models.registry import MODELS, ModelSpec
 
@@ -32,6 +43,7 @@ MODELS_DIR_VARIABLE = "LIVEFUSE_MODELS"
 SIDECAR_SUFFIX = ".sha256"
 HASH_CHUNK_BYTES = 1 << 20
 CLI = "python run_stream.py models"
+BUNDLED_MODELS_DIR = Path(__file__).resolve().parent / "bundled"
 
 FileState = Literal["ok", "missing", "mismatch", "unpinned"]
 
@@ -55,18 +67,25 @@ def default_cache_dir() -> Path:
     return base / "livefuse" / "models"
 
 
-def resolve_models_dir(flag: str | None) -> Path:
+def resolve_models_dir(flag: str | None, *, must_exist: bool = False) -> Path:
     """The models directory: `--models-dir`, then $LIVEFUSE_MODELS, then the per-user cache.
 
-    Nothing is created here: listing models must not leave directories behind.
+    Nothing is created here: listing models must not leave directories behind. With `must_exist`, a
+    directory the user named (flag or variable) that is not there is a ModelsDirectoryError naming the
+    fix; a missing per-user cache is fine (the bundled files cover the default engine).
     """
     if flag:
         source, path = "--models-dir", Path(flag)
     elif os.environ.get(MODELS_DIR_VARIABLE):
-        source, path = MODELS_DIR_VARIABLE, Path(os.environ[MODELS_DIR_VARIABLE])
+        source, path = f"${MODELS_DIR_VARIABLE}", Path(os.environ[MODELS_DIR_VARIABLE])
     else:
         source, path = "per-user cache", default_cache_dir()
     path = path.expanduser()
+    if must_exist and source != "per-user cache" and not path.is_dir():
+        raise ModelsDirectoryError(
+            f"models directory {path} (from {source}) does not exist; fix: point {source} at a directory "
+            f"with model files, or leave it unset to use the bundled default models ({BUNDLED_MODELS_DIR})"
+        )
     logger.debug("models directory %s (from %s)", path, source)
     return path
 
@@ -163,10 +182,18 @@ class ModelStore:
 
     :param models_dir: directory holding the files (see `resolve_models_dir`)
     :param registry: name -> spec; the built-in registry unless given (tests pass their own rows)
+    :param bundled_dir: where rows marked `bundled` are found when `models_dir` lacks them (None: nowhere)
     """
 
-    def __init__(self, models_dir: Path, *, registry: Mapping[str, ModelSpec] | None = None) -> None:
+    def __init__(
+        self,
+        models_dir: Path,
+        *,
+        registry: Mapping[str, ModelSpec] | None = None,
+        bundled_dir: Path | None = BUNDLED_MODELS_DIR,
+    ) -> None:
         self.models_dir = Path(models_dir)
+        self.bundled_dir = bundled_dir
         self._registry: Mapping[str, ModelSpec] = MODELS if registry is None else registry
 
     def names(self) -> list[str]:
@@ -182,8 +209,21 @@ class ModelStore:
             raise UnknownModelError(f"unknown model {name!r}; known: {known}") from None
 
     def file_path(self, name: str) -> Path:
-        """Where the file of `name` is expected; not checked."""
-        return self.models_dir / self.spec(name).file_name
+        """Where the file of `name` is: the models directory's copy when there is one, else the bundled
+        copy of a bundled row, else where it is expected in the models directory. Not verified."""
+        spec = self.spec(name)
+        own = self.models_dir / spec.file_name
+        if own.is_file() or not spec.bundled or self.bundled_dir is None:
+            return own
+        shipped = self.bundled_dir / spec.file_name
+        return shipped if shipped.is_file() else own
+
+    def location(self, name: str) -> str:
+        """Where the file of `name` was found: "models dir", "bundled" or "-" (nowhere)."""
+        path = self.file_path(name)
+        if not path.is_file():
+            return "-"
+        return "bundled" if self.bundled_dir is not None and path.parent == self.bundled_dir else "models dir"
 
     def is_available(self, name: str) -> bool:
         """Whether the file is present and verifies (`--engine auto` picks by this).
@@ -283,7 +323,7 @@ class ModelStore:
         if spec.urls:
             where = f"{CLI} fetch {spec.name} (or download {spec.urls[0]} into {self.models_dir})"
         else:
-            where = f"copy {spec.file_name} into {self.models_dir} (no download URL is registered)"
+            where = f"copy {spec.file_name} into {self.models_dir} (no download URL is registered; docs/models.md says where it comes from)"
         return (
             f"model {spec.name} not found: {path} does not exist; fix: {where}, "
             f"or point --models-dir / ${MODELS_DIR_VARIABLE} at a directory that has it"

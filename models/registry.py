@@ -75,6 +75,9 @@ class ModelSpec:
     decoder: str = ""  # names the one small function that decodes this variant's outputs
     urls: tuple[str, ...] = ()
     commercial_use: bool = True
+    # shipped in models/bundled/ (small, permissively licensed, what the default engine needs): found there
+    # when the models directory lacks it; adding one is the file there plus `bundled=True` here
+    bundled: bool = False
     extra: dict[str, float] = field(default_factory=dict)
 
 
@@ -111,6 +114,7 @@ _SPECS: tuple[ModelSpec, ...] = (
         color_order="bgr",
         decoder="yunet",
         urls=(_YUNET_ORIGIN + "yunet_n_dynamic.onnx",),
+        bundled=True,
     ),
     ModelSpec(
         name="yunet_s",
@@ -170,6 +174,7 @@ _SPECS: tuple[ModelSpec, ...] = (
         input_size=(192, 192),
         scale=1.0 / 255.0,
         decoder="facemesh",
+        bundled=True,
     ),
     ModelSpec(
         name="pfld_68",

@@ -35,7 +35,7 @@ FRAME_PATH: tuple[Stage, ...] = (
     Stage("decode RTP -> av.VideoFrame", "streamer.transport.jitter_marker:remove_frame_on_marker", "aiortc"),
     Stage("read the newest frame", "streamer.realtime.peer_session:PeerSession", "event loop"),
     Stage(
-        "swap every frame, or 3 of 4 .. 1 of 4 under load",
+        "swap every frame, or 3 of 4 .. 1 of 6 under load",
         "streamer.realtime.swap_cadence:SwapCadence",
         "event loop",
     ),

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from models.face import Frame
+from streamer.pipeline.capabilities import FEATURE_ENHANCER, FEATURE_REFERENCE, Capabilities
+from streamer.pipeline.choices import ENGINE_NAMES
 from streamer.pipeline.swap_engines.base import NoFaceError
 from streamer.realtime.pipeline_binding import PipelineBinding
 
@@ -29,6 +31,7 @@ class FakeSwapSettings:
     enhancer: bool = False
     swap_enabled: bool = True
     mouth_mask: bool = True
+    latency_stamp: bool = False
 
 
 @dataclass
@@ -82,6 +85,7 @@ class FakePipeline:
 
     delay_s: float = 0.0
     fail_batches: bool = False
+    unavailable: dict[str, str] = field(default_factory=dict)  # engine/feature -> reason (capabilities)
     hold: threading.Event | None = None  # when given, every batch waits in the worker until it is set
     calling_threads: set[str] = field(default_factory=set)
     batch_sizes: list[int] = field(default_factory=list)
@@ -128,6 +132,11 @@ class FakePipeline:
 
     def describe(self) -> dict[str, str]:
         return {"engines": "fake", "default_engine": "fake", "execution_provider": "cpu"}
+
+    def capabilities(self) -> Capabilities:
+        return Capabilities.from_reasons(
+            ENGINE_NAMES, (FEATURE_ENHANCER, FEATURE_REFERENCE), self.unavailable, "mesh"
+        )
 
 
 def fake_binding(pipeline: FakePipeline | None = None) -> PipelineBinding:

@@ -11,7 +11,7 @@ from aiohttp import web
 
 from streamer.realtime.metrics import DaemonMetrics
 from streamer.transport.process_patches import TransportPatches
-from web import ice_servers, observability, signaling, viewer, whep, whip
+from web import capabilities, ice_servers, observability, signaling, viewer, whep, whip
 from web.app_keys import CONFIG_KEY, ENGINE_KEY, METRICS_KEY
 from web.auth import access_middlewares
 from web.client_address import client_address_middleware
@@ -59,6 +59,7 @@ def create_app(config: DaemonConfig, load_binding: LoadBinding) -> web.Applicati
     app.cleanup_ctx.append(idle_reaper_context)
     observability.add_routes(app)
     signaling.add_routes(app)
+    capabilities.add_routes(app)  # what the page may offer
     ice_servers.add_routes(app)
     whip.add_routes(app)  # WHIP ingest, WHEP egress, viewer page
     whep.add_routes(app)

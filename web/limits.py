@@ -209,7 +209,7 @@ async def idle_reaper_context(app: web.Application) -> AsyncIterator[None]:
 
     async def end_session(session_id: str, reason: str) -> bool:
         registry = engine.registry
-        return registry is not None and await registry.end(session_id)
+        return registry is not None and await registry.end(session_id, reason)
 
     reaper = IdleReaper(
         list_sessions,

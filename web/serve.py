@@ -5,9 +5,11 @@ closed, worker thread joined, nothing left running.
 
 import argparse
 import asyncio
+import errno
 import logging
 import signal
 import ssl
+from dataclasses import asdict
 from typing import Any
 
 from aiohttp import web
@@ -41,6 +43,9 @@ def load_pipeline_binding(args: argparse.Namespace) -> PipelineBinding:
 
     pipeline = FramePipeline.load(resolve_models_dir(args.models_dir), config_from_args(PipelineConfig, args))
     defaults = config_from_args(SwapSettings, args)
+    refusal = pipeline.capabilities().refusal(asdict(defaults))
+    if refusal is not None:  # e.g. --enhancer without GFPGAN: every call would ask for it in vain
+        raise InvalidInputError(f"the flags ask for what this daemon cannot run: {refusal}")
     return PipelineBinding(
         pipeline,
         make_job=FrameJob,
@@ -70,6 +75,23 @@ async def drain_sessions(app: web.Application) -> None:
         )
 
 
+async def listen(site: web.TCPSite, host: str, port: int) -> None:
+    """Start listening; a port in use, a privileged port or an address not of this machine is one line
+    naming the fix (InvalidInputError, exit code 2), not a traceback."""
+    try:
+        await site.start()
+    except OSError as error:
+        fixes = {
+            errno.EADDRINUSE: f"port {port} is in use (another daemon?); fix: choose another --port, or "
+            "stop what listens there",
+            errno.EACCES: f"port {port} needs privileges here; fix: use a --port above 1023",
+            errno.EADDRNOTAVAIL: f"{host} is not an address of this machine; fix: --host 127.0.0.1 "
+            "(this machine only) or --host 0.0.0.0 (every interface)",
+        }
+        fix = fixes.get(error.errno or 0, f"{error.strerror or error}; fix: check --host and --port")
+        raise InvalidInputError(f"cannot listen on {host}:{port}: {fix}") from None
+
+
 async def serve(
     app: web.Application, host: str, port: int, ssl_context: ssl.SSLContext | None = None
 ) -> None:
@@ -81,7 +103,7 @@ async def serve(
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     try:
-        await web.TCPSite(runner, host, port, ssl_context=ssl_context).start()
+        await listen(web.TCPSite(runner, host, port, ssl_context=ssl_context), host, port)
         scheme = "https" if ssl_context is not None else "http"
         logger.info("serving on %s://%s:%d", scheme, host, port, extra={"event": "listening"})
         engine = app[ENGINE_KEY]

@@ -1,5 +1,6 @@
 """Session REST routes: offer/answer (JSON or application/sdp, WHIP-style 201 + Location, absolute under
---public-url, and ICE server Links), end, source upload, settings, stats, and client-reported latency.
+--public-url, and ICE server Links), end, source upload, settings (409 for an engine or feature this
+daemon cannot run, web/capabilities.py), stats, and client-reported latency.
 The contract is the page's: keep them in step.
 """
 
@@ -42,8 +43,11 @@ def _session(request: web.Request) -> PeerSession:
     session_id = request.match_info["session_id"]
     session = registry.get(session_id) if registry is not None else None
     if session is None:
+        reason = registry.ended_reason(session_id) if registry is not None else None
+        message = f"session {session_id!r} was ended by the server: {reason}" if reason else None
         raise web.HTTPNotFound(
-            text=json.dumps({"error": f"no session {session_id!r}"}), content_type="application/json"
+            text=json.dumps({"error": message or f"no session {session_id!r}"}),
+            content_type="application/json",
         )
     return session
 
@@ -175,6 +179,10 @@ async def patch_settings(request: web.Request) -> web.Response:
         return error_response(400, "body is not JSON")
     if not isinstance(changes, dict):
         return error_response(400, "expected a JSON object of settings")
+    engine = request.app[ENGINE_KEY]
+    refusal = engine.binding.pipeline.capabilities().refusal(changes) if engine.binding else None
+    if refusal is not None:  # refused before it reaches a frame: the call goes on with its settings
+        return error_response(409, refusal)
     try:
         settings = session.update_settings(changes)
     except (ValueError, TypeError) as error:

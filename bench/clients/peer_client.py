@@ -131,9 +131,11 @@ class PeerClient(LoopbackClient):
         audio: MediaStreamTrack | None = None,
         token: str | None = None,
         rtc_configuration: RTCConfiguration | None = None,
+        latency_stamp: bool = True,
     ) -> None:
         super().__init__(base_url, token, rtc_configuration)
         self.track = StampedFrameTrack(frame_source, fps, stamp_mode)
+        self._latency_stamp = latency_stamp  # tell the daemon the frames carry stamps (kept off its viewers)
         self._codec = codec
         self._audio = audio
         self.answer_sdp: str | None = None
@@ -162,6 +164,8 @@ class PeerClient(LoopbackClient):
         self.session_id = body["id"]
         self.answer_sdp = body["sdp"]
         await self.pc.setRemoteDescription(RTCSessionDescription(sdp=body["sdp"], type=body["type"]))
+        if self._latency_stamp:
+            await self.patch_settings({"latency_stamp": True})
 
     def _on_video(self, rgb: Frame, now_ms: float) -> None:
         stamp = read_stamp(rgb) if rgb.shape[1] >= STAMP_WIDTH else None

@@ -2,11 +2,15 @@
 
 Videos go through the same `FramePipeline` and per-stream tracking as a live call (one stream per file),
 so what a user previews here is what the daemon does. The target's audio is copied packet for packet.
+A video's progress is a bar on a terminal and a plain line every 5 s elsewhere (`ProgressBar`). A target
+with no face is written unchanged with a WARNING naming it; a source with no face is an error naming the
+file and what photo to use instead (exit code 2).
 """
 
 import argparse
 import logging
 import time
+from dataclasses import asdict
 from fractions import Fraction
 from pathlib import Path
 from typing import cast
@@ -23,8 +27,12 @@ from streamer.pipeline.config_args import config_from_args
 from streamer.pipeline.frame_pipeline import Embedding, FrameJob, FramePipeline, SourceIdentity, StreamState
 from streamer.pipeline.image_input import read_image_file, sniff_format
 from streamer.pipeline.pipeline_settings import PipelineConfig, SwapSettings
+from streamer.pipeline.swap_engines.base import NoFaceError
 
 logger = logging.getLogger(__name__)
+
+NO_SOURCE_FACE_FIX = "Use a photo where one face is clearly visible, facing the camera, and not cut off"
+UNCHANGED = "so the output is the target unchanged"
 
 IMAGE_SUFFIXES = {".jpg": ".jpg", ".jpeg": ".jpg", ".png": ".png", ".webp": ".webp"}
 VIDEO_CODECS = {".mp4": "libx264", ".mkv": "libx264", ".mov": "libx264", ".webm": "libvpx"}
@@ -68,8 +76,17 @@ def swap_image(
     stream = pipeline.new_stream(reference_embedding=reference, detect_every=1)
     swapped = pipeline.process(FrameJob(image, stream, source, settings))
     if swapped is image or np.array_equal(swapped, image):
-        logger.info("no face to swap in %s: written unchanged", target)
+        logger.warning("%s: no face was detected, %s", target, UNCHANGED)
     return swapped
+
+
+def _total_frames(video_in: av.VideoStream, rate: Fraction) -> int | None:
+    """The stream's frame count, else one estimated from its duration (Matroska and WebM give none)."""
+    if video_in.frames:
+        return int(video_in.frames)
+    if video_in.duration and video_in.time_base:
+        return max(1, round(float(video_in.duration * video_in.time_base * rate)))
+    return None
 
 
 def _even(frame: Frame) -> Frame:
@@ -106,7 +123,8 @@ def swap_video(
         frames = 0
         partial = output.with_name(output.stem + ".partial" + output.suffix)
         progress = ProgressBar(f"swap {target.name}", unit="frames")
-        total_frames = video_in.frames or None
+        total_frames = _total_frames(video_in, rate)
+        frames_with_faces = 0
         try:
             with av.open(str(partial), "w", format=_container_format(output)) as container_out:
                 video_out = cast(av.VideoStream, container_out.add_stream(codec, rate=rate))
@@ -134,19 +152,24 @@ def swap_video(
                         if not isinstance(video_frame, av.VideoFrame):
                             continue
                         frames += 1
-                        swapped = _swap_frame(pipeline, stream, source, settings, video_frame)
+                        rgb, swapped = _swap_frame(pipeline, stream, source, settings, video_frame)
+                        frames_with_faces += swapped is not rgb
                         out_frame = av.VideoFrame.from_ndarray(swapped, format="rgb24")
                         out_frame.pts = video_frame.pts
                         out_frame.time_base = video_frame.time_base
                         container_out.mux(video_out.encode(out_frame))
-                        progress.update(frames, total_frames)
+                        progress.update(frames, max(total_frames or 0, frames) or None)
                 if frames == 0:
                     raise InvalidInputError(f"{target}: the video has no decodable frames")
                 container_out.mux(video_out.encode(None))
-            progress.finish(frames, total_frames)
+            progress.finish(frames, frames)
             partial.replace(output)
         finally:
             partial.unlink(missing_ok=True)
+    if frames_with_faces == 0:
+        logger.warning("%s: no face was detected in any of its %d frames, %s", target, frames, UNCHANGED)
+    elif frames_with_faces < frames:
+        logger.info("faces swapped in %d of the %d frames of %s", frames_with_faces, frames, target)
     return frames
 
 
@@ -156,9 +179,10 @@ def _swap_frame(
     source: SourceIdentity,
     settings: SwapSettings,
     video_frame: av.VideoFrame,
-) -> Frame:
-    rgb = _even(np.ascontiguousarray(video_frame.to_ndarray(format="rgb24")))
-    return pipeline.process(FrameJob(np.ascontiguousarray(rgb), stream, source, settings))
+) -> tuple[Frame, Frame]:
+    """The frame as decoded and as swapped (the same object when no face was swapped)."""
+    rgb = np.ascontiguousarray(_even(np.ascontiguousarray(video_frame.to_ndarray(format="rgb24"))))
+    return rgb, pipeline.process(FrameJob(rgb, stream, source, settings))
 
 
 def _container_format(output: Path) -> str | None:
@@ -175,10 +199,19 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidInputError(f"{output.parent}: output directory does not exist")
     pipeline = FramePipeline.load(resolve_models_dir(args.models_dir), config_from_args(PipelineConfig, args))
     settings = config_from_args(SwapSettings, args)
-    source = pipeline.prepare_source(source_image, settings)
+    refusal = pipeline.capabilities().refusal(asdict(settings))
+    if refusal is not None:  # e.g. --enhancer without GFPGAN: refused, not silently left out of the output
+        raise InvalidInputError(f"the flags ask for what this installation cannot run: {refusal}")
+    try:
+        source = pipeline.prepare_source(source_image, settings)
+    except NoFaceError as error:
+        raise NoFaceError(f"{source_path}: {error}. {NO_SOURCE_FACE_FIX}") from None
     reference = None
     if settings.face_selector == "reference":
-        reference = pipeline.reference_embedding(read_image_file(args.reference_face))
+        try:
+            reference = pipeline.reference_embedding(read_image_file(args.reference_face))
+        except NoFaceError as error:
+            raise NoFaceError(f"{args.reference_face}: {error}") from None
     started = time.perf_counter()
     if target_is_image:
         write_image(output, swap_image(pipeline, source, settings, target, reference))

@@ -161,7 +161,7 @@ def choose_backend(
             f"unknown execution provider {requested!r}; choose one of {BACKEND_REQUESTS}"
         )
     if requested == "cpu":
-        backend = ComputeBackend("numpy", "cpu", "CPU requested (--execution-provider cpu)", device_id)
+        backend = ComputeBackend("numpy", "cpu", "CPU requested (execution provider cpu)", device_id)
         logger.info("compute backend: NumPy/OpenCV + CPU EP (%s)", backend.reason)
         return backend
     cupy_probe = probes.cupy()

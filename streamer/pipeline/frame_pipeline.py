@@ -7,7 +7,7 @@ command and the benchmarks all call `process_batch`. Per-stream state (face trac
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,6 +19,12 @@ from models.embedder import Embedder, identity_distance
 from models.face import Frame, TrackedFace
 from models.landmarks import Landmarker
 from models.model_files import ModelStore, tensorrt_cache_dir
+from streamer.pipeline.capabilities import (
+    FEATURE_ENHANCER,
+    FEATURE_REFERENCE,
+    Capabilities,
+    unavailable_parts,
+)
 from streamer.pipeline.choices import EngineChoice
 from streamer.pipeline.compute_backend import ComputeBackend, choose_backend
 from streamer.pipeline.face_selector import select_faces
@@ -80,19 +86,25 @@ class FramePipeline:
         detector: Detector,
         landmarker: Landmarker,
         engines: dict[str, SwapEngine],
-        reference_embedder: Embedder | None,
+        reference_embedder: Embedder | Callable[[], Embedder] | None,
         providers: dict[str, str],
         backend: ComputeBackend | None = None,
+        *,
+        unavailable: Mapping[str, str] | None = None,
     ) -> None:
+        """`reference_embedder`: the embedder, or a function that loads it on first use (the file is
+        optional and only reference face selection needs it). `unavailable`: engine or feature name ->
+        why it cannot be used, naming the fix (what `capabilities()` reports)."""
         self.config = config
         self.detector = detector
         self.landmarker = landmarker
         self.engines = engines
-        self.reference_embedder = reference_embedder
+        self._reference_embedder = reference_embedder
         self.providers = providers
         self.backend = backend
         self.default_engine: EngineName = _default_engine(config.engine, engines)
         self.timer = StageTimer()
+        self._unavailable = dict(unavailable or {})
 
     @classmethod
     def load(cls, models_dir: Path, config: PipelineConfig) -> "FramePipeline":
@@ -124,10 +136,23 @@ class FramePipeline:
                 store.path(name)
         else:
             logger.info("inswapper engine unavailable (%s not present or not verified)", ", ".join(missing))
+        unavailable = unavailable_parts(store, engines, missing, config.enhancer_model, REFERENCE_EMBEDDER)
         reference_embedder = None
-        if store.is_available(REFERENCE_EMBEDDER):
-            reference_embedder = Embedder(session(REFERENCE_EMBEDDER), store.spec(REFERENCE_EMBEDDER))
-        pipeline = cls(config, detector, landmarker, engines, reference_embedder, providers, backend)
+        if FEATURE_REFERENCE not in unavailable:  # loaded when a reference is first set
+
+            def reference_embedder() -> Embedder:
+                return Embedder(session(REFERENCE_EMBEDDER), store.spec(REFERENCE_EMBEDDER))
+
+        pipeline = cls(
+            config,
+            detector,
+            landmarker,
+            engines,
+            reference_embedder,
+            providers,
+            backend,
+            unavailable=unavailable,
+        )
         logger.info(
             "pipeline ready: engines %s, default %s (%s), providers %s",
             sorted(engines),
@@ -164,15 +189,39 @@ class FramePipeline:
             logger.info("source not usable with the %s engine: %s", name, reason)
         return SourceIdentity(per_engine)
 
+    @property
+    def reference_embedder(self) -> Embedder | None:
+        """The embedder of reference face selection, loaded on first use; None when its file is missing."""
+        if callable(self._reference_embedder) and not isinstance(self._reference_embedder, Embedder):
+            self._reference_embedder = self._reference_embedder()
+        return self._reference_embedder
+
+    def capabilities(self) -> Capabilities:
+        """Which engines and optional features this pipeline can run, and why not (the fix named)."""
+        reasons: dict[str, str] = {
+            name: f"engine {name!r} is not loaded" for name in ENGINE_NAMES if name not in self.engines
+        }
+        return Capabilities.from_reasons(
+            ENGINE_NAMES,
+            (FEATURE_ENHANCER, FEATURE_REFERENCE),
+            {**reasons, **self._unavailable},
+            self.default_engine,
+        )
+
     def reference_embedding(self, image: Frame) -> Embedding:
         """Identity of the largest face of a reference photo, for `face_selector="reference"`."""
-        if self.reference_embedder is None:
-            raise NoFaceError(f"reference face selection needs the {REFERENCE_EMBEDDER} model")
+        embedder = self.reference_embedder
+        if embedder is None:
+            raise NoFaceError(
+                self._unavailable.get(
+                    FEATURE_REFERENCE, f"reference face selection needs {REFERENCE_EMBEDDER}"
+                )
+            )
         faces = analyse_image(self.detector, None, image)
         if not faces:
             raise NoFaceError("the reference image has no face")
         largest = max(faces, key=lambda face: face.area)
-        return self.reference_embedder.embed(image, largest.landmarks_5[None])[0]
+        return embedder.embed(image, largest.landmarks_5[None])[0]
 
     def set_reference(self, stream: StreamState, image: Frame | None) -> None:
         """Give one stream its reference face (None clears it); worker thread only, like every stream call."""

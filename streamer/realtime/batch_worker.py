@@ -296,15 +296,19 @@ class BatchWorker:
     def _convert_out(self, frame: ConvertedFrame, output: Any | None) -> VideoFrame:
         """The frame to send. Untouched (None: the pipeline did not swap it, or it failed) goes out as it
         was decoded, unless the daemon labels its swapped streams: then this frame of a swapped stream is
-        labelled too. The label is drawn here, after everything the models did, so nothing hides it."""
+        labelled too. The label is drawn here, after everything the models did, so nothing hides it.
+        Only what the swap changed and the label are converted back; the rest keeps the decoder's planes."""
         if output is None and self._label is None:
             return frame.item.video_frame
         picture = frame.rgb if output is None else output
+        drawn = []
         if self._label is not None:
             picture = picture if getattr(picture.flags, "writeable", True) else picture.copy()
-            draw_label(picture, self._label)
+            drawn.append(draw_label(picture, self._label))  # maybe over frame.rgb itself: named, not found
         try:
-            return self.conversion.to_video_frame(frame.lane.session_id, picture, frame.item.video_frame)
+            return self.conversion.to_video_frame(
+                frame.lane.session_id, picture, frame.item.video_frame, source=frame.rgb, drawn=drawn
+            )
         except Exception as error:  # noqa: BLE001 - this session's frame goes out as it came in
             self._count_lane_failure(frame.lane, error)
             return frame.item.video_frame

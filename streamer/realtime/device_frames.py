@@ -258,9 +258,11 @@ class DeviceFrames:
         self._device_output: Any = None
         self._ring: list[NDArray[np.uint8]] = []
         self._next_slot = 0
+        self.uploaded: I420Planes | None = None  # the device planes of the last upload, until the next
 
     def upload(self, planes: I420Planes) -> I420Planes:
         """Host planes -> device planes (pitched views) with one host->device copy, queued async."""
+        self.uploaded = None
         layout = PlaneLayout.of(planes)
         if layout != self._upload_layout:
             self._staging = self.transfers.pinned_host(layout.nbytes)
@@ -276,7 +278,8 @@ class DeviceFrames:
         self.transfers.host_to_device(self._staging, self._device_input)
         self._staging_sent = self.transfers.record_event()
         self.ledger.record_upload(layout.nbytes)
-        return layout.views(self._device_input)
+        self.uploaded = layout.views(self._device_input)
+        return self.uploaded
 
     def download(self, planes: I420Planes) -> I420Planes:
         """Device planes -> host planes in the next ring slot, with one device->host copy.

@@ -12,10 +12,15 @@ Two ways, one interface, chosen once per daemon from the compute backend:
 
 Frames the device path cannot take as planes (not yuv420p, odd sizes) are converted on the host and
 moved with one copy each way, counted too, so a strange stream costs speed, never correctness.
+
+Given the picture the pipeline was handed (`source`), both paths send a swapped frame as its decoded
+planes with only the changed boxes converted back (`streamer.realtime.yuv_outside_face`); without it,
+the whole frame is converted.
 """
 
 import contextlib
 import logging
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
@@ -23,8 +28,15 @@ from av import VideoFrame
 from av.video.reformatter import VideoReformatter
 
 from gpu_ops.backend import to_host
-from gpu_ops.colorspace import Colorspace, i420_to_rgb, rgb_to_i420
+from gpu_ops.colorspace import i420_to_rgb, rgb_to_i420
 from gpu_ops.errors import InvalidFrameError, InvalidInputError
+from gpu_ops.i420_patch import (
+    Planes,
+    changed_boxes,
+    merged_i420,
+    patched_box,
+    write_box,
+)
 from streamer.pipeline.choices import FRAME_PATH_CHOICES, FramePathChoice
 from streamer.pipeline.compute_backend import ComputeBackend
 from streamer.realtime.device_frames import (
@@ -36,13 +48,20 @@ from streamer.realtime.device_frames import (
     Transfers,
     planes_of_video_frame,
 )
+from streamer.realtime.yuv_outside_face import (
+    AV_COLOR_RANGE_FULL,
+    AV_COLORSPACE_BT709,
+    DrawnBox,
+    colour_tags,
+    copy_of_frame,
+    drawn_boxes,
+    patchable,
+    with_timing,
+)
+
+__all__ = ["AV_COLORSPACE_BT709", "AV_COLOR_RANGE_FULL", "colour_tags"]  # re-exported: callers name them here
 
 logger = logging.getLogger(__name__)
-
-
-# av.VideoFrame.colorspace / color_range values (FFmpeg's AVColorSpace / AVColorRange)
-AV_COLORSPACE_BT709 = 1
-AV_COLOR_RANGE_FULL = 2  # AVCOL_RANGE_JPEG
 
 
 class FrameConversion(Protocol):
@@ -50,7 +69,19 @@ class FrameConversion(Protocol):
 
     def to_pipeline(self, session_id: str, video_frame: VideoFrame) -> Any: ...
 
-    def to_video_frame(self, session_id: str, output: Any, like: VideoFrame) -> VideoFrame: ...
+    def to_video_frame(
+        self,
+        session_id: str,
+        output: Any,
+        like: VideoFrame,
+        *,
+        source: Any = None,
+        drawn: Sequence[DrawnBox] = (),
+    ) -> VideoFrame:
+        """`output` as a frame to send, with `like`'s timing. `source`: what `to_pipeline` gave for
+        `like`; then only where `output` differs from it, and the `drawn` boxes, are converted back, the
+        rest is `like`'s planes as decoded, and an unchanged frame is `like` itself."""
+        ...
 
     def forget(self, session_id: str) -> None: ...
 
@@ -61,16 +92,9 @@ class FrameConversion(Protocol):
     def describe(self) -> str: ...
 
 
-def _with_timing(output: VideoFrame, like: VideoFrame) -> VideoFrame:
-    output.pts = like.pts
-    if like.time_base is not None:  # a frame made from an array has none (PyAV refuses to set None)
-        output.time_base = like.time_base
-    return output
-
-
 def rgb_to_video_frame(rgb: Any, like: VideoFrame) -> VideoFrame:
     """A host RGB frame back to yuv420p (what the encoders want) with the input's pts/time_base."""
-    return _with_timing(VideoFrame.from_ndarray(rgb, format="rgb24").reformat(format="yuv420p"), like)
+    return with_timing(VideoFrame.from_ndarray(rgb, format="rgb24").reformat(format="yuv420p"), like)
 
 
 class Swscale:
@@ -92,7 +116,7 @@ class Swscale:
     def to_yuv420p(self, rgb: Any, like: VideoFrame | None = None) -> VideoFrame:
         rgb_frame = VideoFrame.from_ndarray(rgb, format="rgb24")
         output = self._to_yuv.reformat(rgb_frame, format="yuv420p", threads=1)
-        return output if like is None else _with_timing(output, like)
+        return output if like is None else with_timing(output, like)
 
 
 class HostFrameConversion:
@@ -110,8 +134,18 @@ class HostFrameConversion:
     def to_pipeline(self, session_id: str, video_frame: VideoFrame) -> Any:
         return self._swscale(session_id).to_rgb(video_frame)
 
-    def to_video_frame(self, session_id: str, output: Any, like: VideoFrame) -> VideoFrame:
-        return self._swscale(session_id).to_yuv420p(output, like)
+    def to_video_frame(
+        self,
+        session_id: str,
+        output: Any,
+        like: VideoFrame,
+        *,
+        source: Any = None,
+        drawn: Sequence[DrawnBox] = (),
+    ) -> VideoFrame:
+        if source is None or not patchable(like, source, output):
+            return self._swscale(session_id).to_yuv420p(output, like)
+        return patch_on_host(like, source, output, drawn)
 
     def forget(self, session_id: str) -> None:
         self._sessions.pop(session_id, None)
@@ -123,18 +157,37 @@ class HostFrameConversion:
         return "host"
 
 
-def colour_tags(video_frame: VideoFrame) -> tuple[Colorspace, bool]:
-    """The frame's matrix and range as the colour kernels name them; untagged means BT.601 limited
-    (DESIGN.md section 5: what browsers send)."""
-    colorspace: Colorspace = "bt709" if video_frame.colorspace == AV_COLORSPACE_BT709 else "bt601"
-    return colorspace, video_frame.color_range == AV_COLOR_RANGE_FULL
+def patch_on_host(like: VideoFrame, source: Any, output: Any, drawn: Sequence[DrawnBox]) -> VideoFrame:
+    """`like`'s decoded planes with the boxes where host `output` differs from `source`, and the drawn
+    ones, converted from `output`; `like` itself when there are none (the frame is never converted)."""
+    boxes = [] if output is source else changed_boxes(source, output)
+    labelled = drawn_boxes(drawn, like.width, like.height)
+    if not boxes and not labelled:
+        return like
+    decoded = Planes(*planes_of_video_frame(like))
+    frame, planes = copy_of_frame(like)
+    colorspace, full_range = colour_tags(like)
+    for box in boxes:
+        write_box(
+            planes,
+            box,
+            patched_box(decoded, source, output, box, colorspace=colorspace, full_range=full_range),
+        )
+    for box in labelled:
+        patch = patched_box(
+            decoded, source, output, box, colorspace=colorspace, full_range=full_range, whole=True
+        )
+        write_box(planes, box, patch)
+    return with_timing(frame, like)
 
 
 class DeviceFrameConversion:
     """Planes up, RGB on the device, I420 down; one `DeviceFrames` (pinned buffers) per session.
 
     Output is BT.601 limited, like the host path's libswscale default, so a viewer sees the same
-    colours whichever path ran.
+    colours whichever path ran. Given `source`, the frame that goes down is the uploaded planes with the
+    changed pixels merged in on the device (`merged_i420`): the host path's planes bit for bit, still one
+    copy down; an unchanged frame is not copied at all.
     """
 
     def __init__(self, transfers: Transfers, *, ledger: BusLedger | None = None) -> None:
@@ -152,15 +205,34 @@ class DeviceFrameConversion:
         colorspace, full_range = colour_tags(video_frame)
         return i420_to_rgb(*uploaded, colorspace=colorspace, full_range=full_range)
 
-    def to_video_frame(self, session_id: str, output: Any, like: VideoFrame) -> VideoFrame:
+    def to_video_frame(
+        self,
+        session_id: str,
+        output: Any,
+        like: VideoFrame,
+        *,
+        source: Any = None,
+        drawn: Sequence[DrawnBox] = (),
+    ) -> VideoFrame:
         height, width = output.shape[:2]
         if height % 2 or width % 2:
             return self._download_rgb(output, like)
         frames = self._frames_of(session_id)
-        slot = frames.download_packed(I420Planes(*rgb_to_i420(output)))
+        decoded = frames.uploaded
+        if source is not None and decoded is not None and patchable(like, source, output):
+            labelled = drawn_boxes(drawn, width, height)
+            if output is source and not labelled:
+                return like  # nothing changed: the decoded frame as it came, nothing converted or copied
+            colorspace, full_range = colour_tags(like)
+            planes = merged_i420(
+                Planes(*decoded), source, output, labelled, colorspace=colorspace, full_range=full_range
+            )
+        else:
+            planes = Planes(*rgb_to_i420(output))
+        slot = frames.download_packed(I420Planes(*planes))
         frames.finish()  # the encoder reads the slot next: the copy (and every kernel before it) is done
         i420 = slot.reshape(height * 3 // 2, width)
-        return _with_timing(VideoFrame.from_ndarray(i420, format="yuv420p"), like)
+        return with_timing(VideoFrame.from_ndarray(i420, format="yuv420p"), like)
 
     def forget(self, session_id: str) -> None:
         self._sessions.pop(session_id, None)

@@ -31,6 +31,7 @@ from streamer.realtime.metrics import DaemonMetrics
 from streamer.realtime.outbound_track import MediaFrame, OutboundTrack
 from streamer.realtime.pipeline_binding import PipelineBinding, Settings
 from streamer.realtime.session_outputs import SessionOutputs
+from streamer.realtime.stamp_blanking import without_stamp
 from streamer.realtime.swap_cadence import SwapCadence
 from streamer.realtime.worker_lane import InboundFrame, WorkerLane
 from streamer.transport.codec_tuning import prefer_codec, sender_encoding
@@ -54,6 +55,10 @@ def _rate(stamps: deque[float], now: float) -> float:
     while stamps and now - stamps[0] > FPS_WINDOW_S:
         stamps.popleft()
     return round(len(stamps) / FPS_WINDOW_S, 1)
+
+
+def _resolution(size: tuple[int, int] | None) -> dict[str, int] | None:
+    return None if size is None else {"width": size[0], "height": size[1]}
 
 
 class PeerSession:
@@ -94,6 +99,8 @@ class PeerSession:
         self.source_info: SourceInfo | None = None
         self.reference_sha256: str | None = None
         self.frames_in = 0
+        self.resolution_in: tuple[int, int] | None = None  # (width, height) of the newest frame received
+        self.resolution_out: tuple[int, int] | None = None  # of the newest frame sent (to the peer, viewers)
         self._in_stamps: deque[float] = deque()
         self._out_stamps: deque[float] = deque()
         self._extra = {"session_id": session_id}
@@ -220,6 +227,7 @@ class PeerSession:
                 last_frame_at = time.monotonic()
                 timeout = self._idle_timeout_s
                 assert isinstance(frame, VideoFrame)
+                self.resolution_in = (frame.width, frame.height)
                 self._count_in()
                 item = InboundFrame(frame, time.monotonic())
                 lane = self._lane
@@ -258,7 +266,9 @@ class PeerSession:
     def _push_out(self, item: InboundFrame, output: VideoFrame) -> None:
         if self._closed is not None:
             return
-        self.outputs.push_video(output)
+        self.resolution_out = (output.width, output.height)
+        stamped = self._lane.settings.latency_stamp and self.outputs.viewer_count
+        self.outputs.push_video(without_stamp(output) if stamped else output)
         if self._sends_video and not self._outbound.push(output, item.received_at):
             self._metrics.frames_dropped.labels(session_id=self.session_id).inc()
 
@@ -314,6 +324,8 @@ class PeerSession:
             },
             "fps_in": _rate(self._in_stamps, now),
             "fps_out": _rate(self._out_stamps, now),
+            "resolution_in": _resolution(self.resolution_in),
+            "resolution_out": _resolution(self.resolution_out),
             "settings": asdict(self._lane.settings),
             "has_source": self._lane.source is not None,
             "has_reference": self.reference_sha256 is not None,

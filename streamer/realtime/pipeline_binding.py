@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from models.face import Frame
+from streamer.pipeline.capabilities import Capabilities
 
 Settings = Any  # the pipeline's frozen SwapSettings dataclass
 StreamState = Any  # the pipeline's per-stream tracking state
@@ -32,6 +33,11 @@ class SwapPipeline(Protocol):
         ...
 
     def describe(self) -> dict[str, str]: ...
+
+    def capabilities(self) -> Capabilities:
+        """The engines and optional features this pipeline runs, and why not where it cannot (the page
+        offers only what works; a settings change asking for the rest is refused)."""
+        ...
 
 
 MakeJob = Callable[..., Any]  # keyword-only: frame, stream, source, settings -> FrameJob

@@ -5,6 +5,7 @@ a client asks (DELETE), the peer vanishes (the session reports it) or the daemon
 import asyncio
 import logging
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable
 
 from aiortc import RTCSessionDescription
@@ -16,6 +17,7 @@ from streamer.realtime.peer_session import EndedCallback, PeerSession
 logger = logging.getLogger(__name__)
 
 SessionFactory = Callable[[str, EndedCallback], PeerSession]
+ENDED_REASONS_KEPT = 64  # why the last sessions the daemon ended did end, for their clients' next request
 
 
 class SessionLimitError(LivefuseError):
@@ -32,6 +34,7 @@ class SessionRegistry:
         self._sessions: dict[str, PeerSession] = {}
         self._closing: set[asyncio.Task[None]] = set()
         self._closed = False
+        self._ended: OrderedDict[str, str] = OrderedDict()  # session id -> reason, newest last
 
     def __len__(self) -> int:
         return len(self._sessions)
@@ -42,6 +45,11 @@ class SessionRegistry:
     def sessions(self) -> list[PeerSession]:
         """A snapshot of the open sessions (the idle reaper sweeps it)."""
         return list(self._sessions.values())
+
+    def ended_reason(self, session_id: str) -> str | None:
+        """Why the daemon ended this session (its frames kept failing, the peer went away, idle), if it
+        did so lately; None for sessions it never had, still has, or that a client ended."""
+        return self._ended.get(session_id)
 
     def report_ended(self, session_id: str, reason: str) -> None:
         """End a session from outside its own callbacks (e.g. its frames keep failing on the worker)."""
@@ -64,11 +72,14 @@ class SessionRegistry:
             raise
         return session, answer
 
-    async def end(self, session_id: str) -> bool:
-        """Close and forget one session; False when there is no such session."""
+    async def end(self, session_id: str, reason: str | None = None) -> bool:
+        """Close and forget one session; False when there is no such session. `reason`: the daemon ends
+        it on its own (idle, failing), and says so to the client's next request (`ended_reason`)."""
         session = self._sessions.pop(session_id, None)
         if session is None:
             return False
+        if reason is not None:
+            self._remember_ended(session_id, reason)
         self._metrics.active_sessions.set(len(self._sessions))
         await session.close()
         return True
@@ -77,11 +88,17 @@ class SessionRegistry:
         # called from the session's own callbacks: close it in a task this registry owns
         if session_id not in self._sessions or self._closed:
             return
+        self._remember_ended(session_id, reason)
         task = asyncio.get_running_loop().create_task(
             self._end_reported(session_id), name=f"end-{session_id}"
         )
         self._closing.add(task)
         task.add_done_callback(self._closing.discard)
+
+    def _remember_ended(self, session_id: str, reason: str) -> None:
+        self._ended[session_id] = reason
+        while len(self._ended) > ENDED_REASONS_KEPT:
+            self._ended.popitem(last=False)
 
     async def _end_reported(self, session_id: str) -> None:
         await self.end(session_id)

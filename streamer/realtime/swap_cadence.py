@@ -1,5 +1,5 @@
 """Adaptive swap cadence: when the worker cannot swap the sessions' frames as fast as they come, every
-session swaps fewer of them (3 of 4, 2 of 3, 1 of 2 ... down to 1 of 4), evenly spread, and sends only
+session swaps fewer of them (3 of 4, 2 of 3, 1 of 2 ... down to 1 of 6), evenly spread, and sends only
 those, instead of letting the mailboxes drop frames at random behind a saturated worker. One share for
 all sessions of a worker, so each call gets the same share of its frames swapped (fairness). The video resolution
 stays; the frame rate goes down evenly; the worker keeps some headroom, so an admitted frame waits for
@@ -26,9 +26,11 @@ from fractions import Fraction
 
 logger = logging.getLogger(__name__)
 
-# the shares of frames a session may swap, most first; 1/4 of 30 fps is 7.5 frames/s
+# the shares of frames a session may swap, most first; 1/6 of 30 fps is 5 frames/s. The last steps are
+# for 1080p on a small CPU: a swap of up to 180 ms still leaves the worker 10 % headroom at 1/6, so an
+# admitted frame never waits behind another (tests/unit/streamer/realtime/test_cadence_under_slow_swaps.py)
 SHARES: tuple[Fraction, ...] = tuple(
-    Fraction(n, d) for n, d in ((1, 1), (3, 4), (2, 3), (1, 2), (2, 5), (1, 3), (1, 4))
+    Fraction(n, d) for n, d in ((1, 1), (3, 4), (2, 3), (1, 2), (2, 5), (1, 3), (1, 4), (1, 5), (1, 6))
 )
 
 
@@ -59,6 +61,7 @@ class SwapCadence:
         self._clock = clock
         self.share = SHARES[0]
         self.reason = "swapping every frame"
+        self.worker_busy: float | None = None  # the worker's busy share in the last judged window
         self._credit: dict[str, Fraction] = {}  # per session: spreads its admitted frames evenly
         self._window_start = clock()
         self._busy_at_start = busy_seconds()
@@ -84,7 +87,11 @@ class SwapCadence:
         self._credit.pop(session_id, None)
 
     def describe(self) -> dict[str, object]:
-        return {"swap_share": f"{self.share.numerator}/{self.share.denominator}", "reason": self.reason}
+        return {
+            "swap_share": f"{self.share.numerator}/{self.share.denominator}",
+            "reason": self.reason,
+            "worker_busy": None if self.worker_busy is None else round(self.worker_busy, 2),
+        }
 
     def _roll_window(self) -> None:
         now = self._clock()
@@ -97,6 +104,7 @@ class SwapCadence:
         self._window_start, self._busy_at_start, self._admitted, self._swapped = now, busy_now, 0, 0
         if admitted == 0:
             return
+        self.worker_busy = min(1.0, busy)
         ratio = min(1.0, swapped / admitted)
         policy = self.policy
         short = ratio < policy.lower_below or busy > policy.lower_above_busy
@@ -114,7 +122,10 @@ class SwapCadence:
                 f"load: {swapped} of {admitted} frames swapped in {elapsed:.1f} s, worker {busy:.0%} busy",
             )
         elif self._roomy_windows >= policy.windows_to_raise and up is not None:
-            self._set(up, f"headroom: worker {busy:.0%} busy")
+            self._set(
+                up,
+                f"raised: {swapped} of {admitted} frames swapped in {elapsed:.1f} s, worker {busy:.0%} busy",
+            )
 
     def _set(self, share: Fraction, reason: str) -> None:
         self._short_windows = self._roomy_windows = 0

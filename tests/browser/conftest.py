@@ -104,12 +104,17 @@ def daemon_url(models_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> It
 
 
 def start_chromium(
-    profile_dir: Path, camera_y4m: Path, *, camera_allowed: bool = True, extra_flags: tuple[str, ...] = ()
+    profile_dir: Path,
+    camera_y4m: Path | None,
+    *,
+    camera_allowed: bool = True,
+    extra_flags: tuple[str, ...] = (),
 ) -> WebDriver:
     """Headless Chromium with the flags of DESIGN.md section 7, whose camera plays `camera_y4m`.
 
-    With camera_allowed=False the permission prompt is denied instead of auto-accepted; `extra_flags`
-    go on the command line too (e.g. a host resolver rule).
+    With camera_y4m=None the camera is Chromium's own generated picture, which, unlike a file, takes the
+    size the page asks for. With camera_allowed=False the permission prompt is denied instead of
+    auto-accepted. `extra_flags` go on the command line too (e.g. a host resolver rule).
     """
     chromium, driver_path = _browser_binaries()
     options = webdriver.ChromeOptions()
@@ -118,7 +123,7 @@ def start_chromium(
     for flag in (
         "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
         permission_flag, "--use-fake-device-for-media-stream",
-        f"--use-file-for-fake-video-capture={camera_y4m}",
+        *([f"--use-file-for-fake-video-capture={camera_y4m}"] if camera_y4m is not None else []),
         "--autoplay-policy=no-user-gesture-required", "--allow-loopback-in-peer-connection",
         "--disable-features=WebRtcHideLocalIpsWithMdns",
         "--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run",

@@ -40,6 +40,20 @@ def _with_stamp_module(body: str) -> str:
 
 _READ_STAMP_JS = _with_stamp_module("return stamp.readStamp(new Uint8ClampedArray(arguments[0]));")
 
+# the stamp (or null) in the top-left strip of a received video, drawn at the sent size (640x480)
+_STAMP_OF_VIDEO_JS = """
+const video = document.getElementById(VIDEO_ID);
+if (!video.videoWidth) return 'not playing';
+const canvas = document.createElement('canvas');
+canvas.width = 640;
+canvas.height = 480;
+const context = canvas.getContext('2d', { willReadFrequently: true });
+context.drawImage(video, 0, 0, 640, 480);
+return stamp.readStamp(context.getImageData(0, 0, stamp.STAMP_WIDTH, stamp.STAMP_BLOCK).data);
+"""
+_REMOTE_STAMP_JS = _with_stamp_module(_STAMP_OF_VIDEO_JS.replace("VIDEO_ID", "'remote-video'"))
+_VIEWER_STAMP_JS = _with_stamp_module(_STAMP_OF_VIDEO_JS.replace("VIDEO_ID", "'viewer-video'"))
+
 _FACE_BLOCKS_JS = """
 const [x1, y1, x2, y2] = arguments[0];
 const block = arguments[1];
@@ -144,6 +158,7 @@ def test_call_swaps_the_face_and_shows_latency(
 ) -> None:
     browser.get(f"{daemon_url}/")
     _script_errors(browser)  # drain what earlier tests left
+    browser.find_element(By.NAME, "latency_stamp").click()  # the stamp is opt-in: this test measures
     browser.find_element(By.ID, "start-button").click()
 
     def decoding() -> bool:
@@ -204,7 +219,9 @@ def test_call_swaps_the_face_and_shows_latency(
     )
     assert int(server_frames.group(2)) > 0
     cadence = browser.find_element(By.ID, "stat-cadence").text  # what the daemon says of its load
-    assert re.fullmatch(r"every frame|\d of \d frames \(.+; \d+ skipped\)", cadence), cadence
+    assert re.fullmatch(
+        r"every frame|\d of \d frames swapped, \d+ skipped( \(worker \d+% busy\))?", cadence
+    ), cadence
     sending = _poll(  # the daemon's encoder: its bitrate (the browser's REMB estimate once it came), size
         lambda: re.fullmatch(
             r"(\d+) kbit/s \((estimate|start)\), (\d+)x(\d+)",
@@ -224,6 +241,64 @@ def test_call_swaps_the_face_and_shows_latency(
     assert browser.find_element(By.ID, "call-state").text == "idle"
 
 
+def test_latency_stamp_is_off_unless_asked(browser: WebDriver, daemon_url: str) -> None:
+    browser.get(f"{daemon_url}/")
+    _script_errors(browser)
+    toggle = browser.find_element(By.NAME, "latency_stamp")
+    assert not toggle.is_selected()
+    browser.find_element(By.ID, "start-button").click()
+    _poll(lambda: _frames_decoded(browser) > 15, 25, "framesDecoded to grow")
+    session_id = browser.execute_script("return window.livefuse.sessionId;")
+
+    def session_settings() -> dict[str, Any]:
+        status, body = http_json(f"{daemon_url}/api/sessions/{session_id}")
+        assert status == 200 and isinstance(body, dict), (status, body)
+        return dict(body["settings"])
+
+    # off: several received frames, none carries a stamp, the session says so, the stat says how to turn it on
+    readings = [browser.execute_script(_REMOTE_STAMP_JS) for _ in range(10)]
+    assert readings == [None] * 10, readings
+    assert session_settings()["latency_stamp"] is False
+    _poll(lambda: "off" in browser.find_element(By.ID, "stat-latency").text, 5, "the latency stat to say off")
+
+    # on, mid-call: the session setting follows, stamps come back and latency is shown
+    toggle.click()
+    _poll(lambda: session_settings()["latency_stamp"], 5, "the session's latency_stamp setting")
+    _poll(
+        lambda: isinstance(browser.execute_script(_REMOTE_STAMP_JS), int), 10, "a stamp in the received video"
+    )
+    _poll(
+        lambda: re.fullmatch(r"\d+ / \d+ ms", browser.find_element(By.ID, "stat-latency").text),
+        10,
+        "the latency stat",
+    )
+
+    # a viewer of this call (/view, a WHEP client) sees the picture without the stamp
+    page = browser.current_window_handle
+    browser.switch_to.new_window("window")
+    try:
+        browser.get(f"{daemon_url}/view/{session_id}")
+        _poll(lambda: browser.execute_script(_VIEWER_STAMP_JS) != "not playing", 15, "the viewer to play")
+        viewer_readings = [browser.execute_script(_VIEWER_STAMP_JS) for _ in range(10)]
+        assert viewer_readings == [None] * 10, viewer_readings
+    finally:
+        browser.close()
+        browser.switch_to.window(page)
+    assert isinstance(browser.execute_script(_REMOTE_STAMP_JS), int)  # the caller still gets its stamps
+    assert _script_errors(browser) == []
+    browser.find_element(By.ID, "stop-button").click()
+
+
+def _thumb(browser: WebDriver) -> str | None:
+    """The file the source thumbnail shows, None when it shows none."""
+    thumb = browser.find_element(By.ID, "source-thumb")
+    return None if thumb.get_attribute("hidden") is not None else thumb.get_attribute("data-file")
+
+
+def _source_state(browser: WebDriver) -> str | None:
+    return browser.find_element(By.ID, "source-status").get_attribute("data-state")
+
+
 def test_upload_without_a_face_shows_the_server_error(
     browser: WebDriver, daemon_url: str, tmp_path: Path
 ) -> None:
@@ -235,7 +310,45 @@ def test_upload_without_a_face_shows_the_server_error(
     browser.find_element(By.ID, "source-input").send_keys(str(blank))
     message = _poll(lambda: _page_error(browser), 10, "the error banner")
     assert "blank.png" in message and "422" in message
+    assert _thumb(browser) is None  # nothing is swapped, so no thumbnail
     browser.find_element(By.ID, "stop-button").click()
+    _poll(lambda: _page_error(browser) is None, 5, "Stop to clear the banner")
+
+
+def test_a_rejected_upload_keeps_showing_the_swapped_source(
+    browser: WebDriver, daemon_url: str, media_dir: Path, tmp_path: Path
+) -> None:
+    blank = tmp_path / "blank.png"
+    cv2.imwrite(str(blank), np.full((240, 320, 3), 200, np.uint8))
+    browser.get(f"{daemon_url}/")
+    browser.find_element(By.ID, "start-button").click()
+    session_id = _poll(lambda: browser.execute_script("return window.livefuse.sessionId;"), 20, "a session")
+    source_input = browser.find_element(By.ID, "source-input")
+    source_input.send_keys(str(media_dir / SOURCE_PHOTO))
+    _poll(lambda: _source_state(browser) == "set", 15, "the source to be accepted")
+    assert _thumb(browser) == SOURCE_PHOTO
+
+    source_input.send_keys(str(blank))
+    message = _poll(lambda: _page_error(browser), 10, "the error banner")
+    assert "blank.png" in message
+    assert _source_state(browser) == "rejected"
+    # the daemon still swaps the first photo, and the page shows that one, saying so
+    assert _thumb(browser) == SOURCE_PHOTO
+    assert SOURCE_PHOTO in browser.find_element(By.ID, "source-status").text
+    status, stats = http_json(f"{daemon_url}/api/sessions/{session_id}")
+    assert status == 200 and isinstance(stats, dict) and stats["has_source"] is True
+
+    # the next accepted upload clears the banner
+    source_input.send_keys(str(media_dir / SOURCE_PHOTO))
+    _poll(lambda: _page_error(browser) is None and _source_state(browser) == "set", 15, "the banner to clear")
+    assert _thumb(browser) == SOURCE_PHOTO
+
+    # and so does Stop after another rejection
+    source_input.send_keys(str(blank))
+    _poll(lambda: _page_error(browser), 10, "the error banner")
+    browser.find_element(By.ID, "stop-button").click()
+    _poll(lambda: _page_error(browser) is None, 5, "Stop to clear the banner")
+    assert _thumb(browser) == SOURCE_PHOTO  # kept for the next call, which sends it at start
 
 
 def test_denied_camera_permission_is_shown_to_the_user(

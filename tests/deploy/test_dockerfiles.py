@@ -241,7 +241,9 @@ def test_dockerignore_sends_the_product_and_nothing_else() -> None:
     sent = {path for path in project_files() if in_build_context(path, rules)}
     for path in project_files():
         top = path.split("/")[0]
-        product = top in packages and "__pycache__" not in path and not path.endswith((".pyc", ".onnx"))
+        bundled_model = path.startswith("models/bundled/")  # the default models ship in the image
+        product = top in packages and "__pycache__" not in path and not path.endswith(".pyc")
+        product = product and (bundled_model or not path.endswith(".onnx"))
         if product or path in ("run_stream.py", "requirements.txt", CUDA12_REQUIREMENTS.name):
             assert path in sent, f"{path} is part of the product but .dockerignore keeps it out"
         elif top in ("tests", "docs", "deploy", ".ci", "scripts") or "__pycache__" in path:
@@ -257,3 +259,5 @@ def test_dockerignore_model_matches_dockers_rules_on_known_cases() -> None:
     assert not in_build_context("tests/deploy/test_dockerfiles.py", rules)
     assert not in_build_context(".git/HEAD", rules)
     assert not in_build_context("models/det_yunet_n_dynamic.onnx", rules)
+    assert in_build_context("models/bundled/det_yunet_n_dynamic.onnx", rules)
+    assert in_build_context("models/bundled/LICENSE-Apache-2.0.txt", rules)

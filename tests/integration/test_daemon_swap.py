@@ -148,3 +148,22 @@ async def test_closed_peer_connection_ends_its_session(media_dir: Path) -> None:
         finally:
             client.session_id = None
             await client.close()
+
+
+async def test_session_stats_carry_the_resolution_in_and_out(media_dir: Path) -> None:
+    """What the page shows next to its camera size: the frame size the daemon receives and sends."""
+    frame = camera_frame(media_dir, size=(1280, 720))
+    async with (
+        running_daemon(fake_binding()) as (url, _engine),
+        PeerClient(url, frame, keep_frames=1) as client,
+    ):
+        await client.wait_for_frames(10, timeout=15)
+        stats = await client.session_stats()
+        assert stats["resolution_in"] == {"width": 1280, "height": 720}
+        assert stats["resolution_out"] == {"width": 1280, "height": 720}
+        await client.upload_source((media_dir / "fr_biden2.jpg").read_bytes(), "image/jpeg")
+        await client.wait_for_frames(len(client.received) + 10, timeout=15)
+        stats = await client.session_stats()  # swapped frames keep the size
+        assert stats["resolution_out"] == {"width": 1280, "height": 720}
+        _, received = client.frames[-1]
+        assert received.shape[:2] == (720, 1280)

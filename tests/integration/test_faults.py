@@ -357,6 +357,9 @@ async def test_an_answered_offer_that_sends_no_video_is_reaped(monkeypatch: pyte
             registry = engine.registry
             assert registry is not None and registry.get(session_id) is not None
             gone_after = await _until(lambda: registry.get(session_id) is None, 6.0)
+            async with http.get(f"{url}/api/sessions/{session_id}") as response:  # the client asks why
+                assert response.status == 404
+                assert "was ended by the server: idle" in (await response.json())["error"]
         finally:
             await pc.close()
     assert 0.9 < gone_after < 4.0

@@ -1,9 +1,12 @@
 """`run_stream.py swap` end to end with the real models: images, video with audio, and every bad input."""
 
+import os
+import pty
 import shutil
 import struct
 import subprocess
 import sys
+import threading
 import zlib
 from fractions import Fraction
 from pathlib import Path
@@ -13,6 +16,7 @@ import cv2
 import numpy as np
 import pytest
 
+from models.downloader import ProgressBar
 from tests.conftest import REPO_ROOT
 
 
@@ -91,6 +95,10 @@ def test_video_swap_keeps_frames_and_audio(models_dir: Path, media_dir: Path, tm
     assert (difference > 40).sum() > 500  # beyond codec noise: the face was swapped
 
 
+def _warnings(result: subprocess.CompletedProcess[str]) -> list[str]:
+    return [line for line in result.stderr.splitlines() if " WARNING " in line]
+
+
 def test_target_without_face_is_written_unchanged(models_dir: Path, media_dir: Path, tmp_path: Path) -> None:
     target = tmp_path / "wall.png"
     cv2.imwrite(str(target), np.full((240, 320, 3), 120, np.uint8))
@@ -99,8 +107,88 @@ def test_target_without_face_is_written_unchanged(models_dir: Path, media_dir: P
         "--source", media_dir / "fr_biden2.jpg", "--target", target, "--output", output, models_dir=models_dir
     )
     assert result.returncode == 0, result.stderr
-    assert "no face" in result.stderr
+    warnings = _warnings(result)
+    assert len(warnings) == 1 and "wall.png" in warnings[0] and "no face" in warnings[0], result.stderr
     assert np.array_equal(_read(output), _read(target))
+
+
+def test_video_target_without_face_says_so(models_dir: Path, media_dir: Path, tmp_path: Path) -> None:
+    clip = tmp_path / "wall.mp4"
+    _write_clip(clip, [np.full((240, 320, 3), 120 + index, np.uint8) for index in range(6)], audio=False)
+    result = _swap(
+        "--source",
+        media_dir / "fr_biden2.jpg",
+        "--target",
+        clip,
+        "--output",
+        tmp_path / "out.mp4",
+        models_dir=models_dir,
+    )
+    assert result.returncode == 0, result.stderr
+    warnings = _warnings(result)
+    assert len(warnings) == 1 and "wall.mp4" in warnings[0] and "any of its 6 frames" in warnings[0], warnings
+
+
+def _clip_of_a_face(media_dir: Path, tmp_path: Path) -> Path:
+    face = _photo(media_dir, "fr_obama.jpg")
+    clip = tmp_path / "clip.mp4"
+    _write_clip(clip, [np.roll(face, shift, axis=1) for shift in range(0, 16, 2)], audio=False)
+    return clip
+
+
+def test_video_progress_is_plain_lines_off_a_terminal(
+    models_dir: Path, media_dir: Path, tmp_path: Path
+) -> None:
+    clip = _clip_of_a_face(media_dir, tmp_path)
+    result = _swap(
+        "--source",
+        media_dir / "fr_biden2.jpg",
+        "--target",
+        clip,
+        "--output",
+        tmp_path / "out.mp4",
+        models_dir=models_dir,
+    )
+    assert result.returncode == 0, result.stderr
+    progress = [line for line in result.stderr.splitlines() if line.startswith("swap clip.mp4: ")]
+    assert progress and progress[-1].startswith("swap clip.mp4: 100.0% 8/8 frames"), result.stderr
+    assert "\r" not in result.stderr and "[#" not in result.stderr  # a log file gets no redraws
+
+
+def test_video_progress_is_a_bar_on_a_terminal(models_dir: Path, media_dir: Path, tmp_path: Path) -> None:
+    clip = _clip_of_a_face(media_dir, tmp_path)
+    command = [sys.executable, "run_stream.py", "swap", "--models-dir", str(models_dir)]
+    command += ["--source", str(media_dir / "fr_biden2.jpg"), "--target", str(clip)]
+    command += ["--output", str(tmp_path / "out.mp4")]
+    controller, terminal = pty.openpty()
+    chunks: list[bytes] = []
+
+    def read_terminal() -> None:
+        while True:
+            try:
+                data = os.read(controller, 4096)
+            except OSError:  # EIO: the child closed its side
+                return
+            if not data:
+                return
+            chunks.append(data)
+
+    reader = threading.Thread(target=read_terminal, daemon=True)
+    reader.start()
+    try:
+        process = subprocess.run(
+            command, check=False, cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=terminal, timeout=240
+        )
+    finally:
+        os.close(terminal)
+        reader.join(timeout=10)
+        os.close(controller)
+    shown = b"".join(chunks).decode(errors="replace")
+    assert process.returncode == 0, shown
+    assert "\r" in shown, shown  # redrawn in place
+    final = shown.replace("\r\n", "\n").split("\r")[-1]
+    bar = "[" + "#" * ProgressBar.BAR_WIDTH + "]"
+    assert final.startswith(f"swap clip.mp4 {bar} 100.0% 8/8 frames"), shown
 
 
 def test_source_without_face_exits_2(models_dir: Path, media_dir: Path, tmp_path: Path) -> None:
@@ -116,7 +204,9 @@ def test_source_without_face_exits_2(models_dir: Path, media_dir: Path, tmp_path
         models_dir=models_dir,
     )
     assert result.returncode == 2
-    assert len(_error_lines(result)) == 1 and "face" in _error_lines(result)[0]
+    errors = _error_lines(result)
+    assert len(errors) == 1 and "no face" in errors[0], result.stderr
+    assert str(source) in errors[0] and "Use a photo where one face is clearly visible" in errors[0]
     assert "Traceback" not in result.stderr
 
 

@@ -9,6 +9,7 @@ from aiortc import RTCConfiguration, RTCPeerConnection
 
 from bench.clients.peer_client import PeerClient
 from bench.clients.whip_client import WhepViewer, WhipPublisher
+from streamer.outputs.frame_stamp import read_stamp
 from tests.fakes_pipeline import face_box, fake_binding, source_colour
 from tests.integration.daemon_harness import camera_frame, decoded_photo, running_daemon
 from tests.integration.whip_harness import SOURCE, assert_nothing_left, config, wait_until_empty
@@ -61,6 +62,28 @@ async def test_viewers_of_a_browser_call(media_dir: Path) -> None:
         # the call ended: its session closed the remaining viewer's peer
         await wait_until_empty(engine)
         assert second.pc is not None and second.pc.connectionState == "closed"
+        await assert_nothing_left(engine)
+
+
+async def test_stamps_reach_the_caller_and_not_its_viewers(media_dir: Path) -> None:
+    """A call that says it stamps (latency_stamp) gets its stamps back; its viewer sees the picture only.
+    A sender that does not say so is not second-guessed: its pixels reach viewers as sent."""
+    frame = camera_frame(media_dir)
+    async with running_daemon(fake_binding(), config(media_dir)) as (url, engine):
+        for declared in (True, False):
+            async with PeerClient(url, frame, latency_stamp=declared, keep_frames=5) as call:
+                assert (await call.session_stats())["settings"]["latency_stamp"] is declared
+                async with WhepViewer(url, str(call.session_id), audio=False) as viewer:
+                    await viewer.wait_for_frames(15, timeout=15)
+                    await call.wait_for_frames(15, timeout=10)
+                    assert all(stamp is not None for stamp, _ in call.frames)
+                    viewer_stamps = [read_stamp(image) for image in viewer.frames]
+                    if declared:
+                        assert viewer_stamps == [None] * len(viewer_stamps)
+                        assert viewer.latencies_ms == []
+                    else:
+                        assert all(stamp is not None for stamp in viewer_stamps)
+        await wait_until_empty(engine)
         await assert_nothing_left(engine)
 
 

@@ -37,8 +37,8 @@ OWN: dict[str, set[str]] = {
     "swap": {"source", "target", "output", "models_dir", "reference_face"},
     "bench": {
         "live", "whip", "soak", "gpu", "quick", "output_dir", "seconds", "frames", "streams", "rounds",
-        "calls", "baseline", "width", "height", "media_dir", "output", "models_dir", "reference_face",
-        "loss", "cut", "cap_kbps",
+        "calls", "baseline", "width", "height", "face_size", "media_dir", "output", "models_dir",
+        "reference_face", "loss", "cut", "cap_kbps",
     },
 }  # fmt: skip
 # DaemonConfig's defaults are the library's (tests, in-process apps); where `serve` chooses otherwise

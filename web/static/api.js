@@ -66,10 +66,12 @@ async function errorMessage(response) {
  * fetch() with auth and error handling. Resolves to the parsed JSON body, or null for empty answers.
  * @param {string} path absolute path such as /api/sessions
  * @param {{method?: string, json?: object, body?: BodyInit, contentType?: string, keepalive?: boolean,
- *          timeoutMs?: number}} options  timeoutMs: no answer by then counts as unreachable (status 0)
+ *          askToken?: boolean, timeoutMs?: number}} options askToken: false answers a 401 without prompting
+ *          for a token; timeoutMs: no answer by then counts as unreachable (status 0)
  */
 export async function apiFetch(path, options = {}) {
   const { method = 'GET', json, contentType, keepalive = false, timeoutMs } = options;
+  const askToken = options.askToken ?? !keepalive;
   const body = json !== undefined ? JSON.stringify(json) : options.body;
   for (let attempt = 0; ; attempt++) {
     const headers = {};
@@ -90,7 +92,7 @@ export async function apiFetch(path, options = {}) {
     }
     rememberLocation(response);
     forgetEnded(path, method, response);
-    if (response.status === 401 && attempt === 0 && !keepalive) {
+    if (response.status === 401 && attempt === 0 && askToken) {
       const token = window.prompt('This server needs an access token:');
       if (token) {
         auth.token = token.trim();

@@ -1,6 +1,7 @@
-// livefuse page: camera -> stamped canvas -> WebRTC -> daemon (face swap) -> swapped video back,
+// livefuse page: camera -> canvas (stamped if measuring) -> WebRTC -> daemon (face swap) -> swapped video back,
 // with a source-photo upload, live settings and stats. Standard APIs only (current Chrome and Firefox).
 import { apiFetch, iceServers } from './api.js';
+import { applyCapabilities, loadCapabilities } from './capabilities.js';
 import { LatencyWindow, StampReader, startLatencyReadout, startStamping } from './stamp.js';
 import {
   formatCadence,
@@ -15,13 +16,13 @@ const CAPTURE_FPS = 30;
 const ICE_GATHERING_TIMEOUT_MS = 5000;
 const STATS_INTERVAL_MS = 1000;
 // The daemon serving a call is gone when its session stats fail this many polls in a row (a second
-// apart) with no answer, a proxy's 502/503/504, or 404 (a restarted daemon has forgotten the session):
+// apart) with no answer or a proxy's 502/503/504 (a 404 is a live daemon that ended the call: endedByServer):
 // the page then opens a new call through the same entry (a proxy sends it to a live daemon) and sends
 // its source photo, reference and settings again. Within 3 s of the daemon's death.
 const FAILOVER_AFTER_FAILURES = 2;
-const GONE_STATUSES = [0, 404, 502, 503, 504];
+const GONE_STATUSES = [0, 502, 503, 504];
 const SERVER_TIMEOUT_MS = 900; // a stats poll not answered by then counts as a failure
-const SETTING_NAMES = ['engine', 'face_selector', 'enhancer', 'swap_enabled', 'mouth_mask'];
+const SETTING_NAMES = ['engine', 'face_selector', 'enhancer', 'swap_enabled', 'mouth_mask', 'latency_stamp'];
 
 const $ = (id) => document.getElementById(id);
 const ui = {
@@ -47,11 +48,14 @@ let call = null;
 let sourceFile = null;
 let referenceFile = null;
 const dirtySettings = {}; // settings the user changed before a session existed
+// Frames are stamped only once the session has taken `latency_stamp: true`: from then on the daemon keeps
+// the stamp off what others watch, so no stamped frame reaches a viewer before the daemon knows.
+let stampConfirmed = false;
 const latency = new LatencyWindow();
 const stampReader = new StampReader($('stamp-canvas'));
 
 // Read by the browser test and handy in the console.
-window.livefuse = { latency, stats: {}, server: null, sessionId: null, failovers: [] };
+window.livefuse = { latency, stats: {}, server: null, sessionId: null, capabilities: null, failovers: [] };
 
 // ---- feedback ------------------------------------------------------------------------------------
 
@@ -69,7 +73,7 @@ function clearError() {
 function setCallState(state) {
   ui.callState.textContent = state;
   ui.callState.dataset.state = state;
-  const active = !['idle', 'failed', 'closed'].includes(state);
+  const active = !['idle', 'failed', 'closed', 'ended'].includes(state);
   ui.start.disabled = active;
   ui.stop.disabled = !active;
 }
@@ -131,19 +135,37 @@ function iceGatheringComplete(pc) {
   });
 }
 
+/** What the camera is asked for: the "Camera" setting (480p / 720p / 1080p; 720p unless changed). */
+function cameraConstraints() {
+  const [width, height] = ui.settingsForm.elements.camera_resolution.value.split('x').map(Number);
+  return { width: { ideal: width }, height: { ideal: height }, frameRate: { ideal: CAPTURE_FPS } };
+}
+
 async function openCamera() {
   try {
-    return await navigator.mediaDevices.getUserMedia({
-      audio: false,
-      video: { width: { ideal: 640 }, height: { ideal: 480 }, frameRate: { ideal: CAPTURE_FPS } },
-    });
+    return await navigator.mediaDevices.getUserMedia({ audio: false, video: cameraConstraints() });
   } catch (error) {
     throw new Error(cameraErrorMessage(error));
   }
 }
 
+/** A new "Camera" choice during a call: the running camera is asked again (the call goes on). */
+async function applyCameraResolution() {
+  const track = call?.camera?.getVideoTracks()[0];
+  if (!track) return;
+  try {
+    await track.applyConstraints(cameraConstraints());
+  } catch (error) {
+    showError(`The camera cannot do ${ui.settingsForm.elements.camera_resolution.value}: ${error.message || error.name}`);
+  }
+}
+
+function formatResolution(size) {
+  return size ? `${size.width}x${size.height}` : '–';
+}
+
 async function startCall({ quietStop = false } = {}) {
-  if (call) await stopCall({ quiet: quietStop }); // a failed call still holds its camera and session
+  if (call) await stopCall('idle', { quiet: quietStop }); // a failed call still holds its camera and session
   clearError();
   setCallState('starting');
   const current = { pc: null, camera: null, sessionId: null, stoppers: [], timer: null, previous: {} };
@@ -155,9 +177,7 @@ async function startCall({ quietStop = false } = {}) {
     if (!ui.localVideo.videoWidth) {
       await new Promise((resolve) => ui.localVideo.addEventListener('loadedmetadata', resolve, { once: true }));
     }
-    current.stoppers.push(startStamping(ui.localVideo, ui.sendCanvas));
-    const sentWidth = ui.sendCanvas.width;
-    const sentHeight = ui.sendCanvas.height;
+    current.stoppers.push(startStamping(ui.localVideo, ui.sendCanvas, stamping));
     const outgoing = ui.sendCanvas.captureStream(CAPTURE_FPS);
 
     const pc = new RTCPeerConnection({ iceServers: await iceServers() });
@@ -170,10 +190,12 @@ async function startCall({ quietStop = false } = {}) {
     preferVp8(transceiver);
     pc.addEventListener('track', (event) => {
       ui.remoteVideo.srcObject = event.streams[0] ?? new MediaStream([event.track]);
-      current.stoppers.push(startLatencyReadout(ui.remoteVideo, stampReader, latency, sentWidth, sentHeight));
+      current.stoppers.push(
+        startLatencyReadout(ui.remoteVideo, stampReader, latency, ui.sendCanvas, measuring),
+      );
     });
     pc.addEventListener('connectionstatechange', () => {
-      if (call !== current) return;
+      if (call !== current || current.ended) return;
       setCallState(pc.connectionState);
       if (pc.connectionState === 'failed') {
         showError('The connection to the server failed (ICE/DTLS). Press Stop, then Start to retry.');
@@ -193,6 +215,7 @@ async function startCall({ quietStop = false } = {}) {
     if (call !== current) return; // stopped while we waited
     setCallState(pc.connectionState === 'new' ? 'connecting' : pc.connectionState);
     current.timer = setInterval(() => refreshStats(current), STATS_INTERVAL_MS);
+    await showCapabilities(!window.livefuse.capabilities); // the token is known now
     await syncSettings(current);
     if (sourceFile) await uploadSource(sourceFile);
     if (referenceFile) await uploadReference(referenceFile);
@@ -202,10 +225,10 @@ async function startCall({ quietStop = false } = {}) {
   }
 }
 
-async function stopCall({ quiet = false } = {}) {
+async function stopCall(finalState = 'idle', { quiet = false } = {}) {
   const current = call;
   call = null;
-  setCallState('idle');
+  setCallState(finalState);
   if (!current) return;
   clearInterval(current.timer);
   current.stoppers.forEach((stop) => stop());
@@ -224,6 +247,7 @@ async function stopCall({ quiet = false } = {}) {
   ui.localVideo.srcObject = null;
   ui.remoteVideo.srcObject = null;
   window.livefuse.sessionId = null;
+  stampConfirmed = false;
   latency.clear();
 }
 
@@ -237,11 +261,18 @@ async function refreshStats(current) {
   const p50 = latency.percentile(0.5);
   const p95 = latency.percentile(0.95);
   window.livefuse.stats = { ...rtp, latencyP50: p50, latencyP95: p95 };
-  setStat('stat-latency', p50 === null ? '–' : `${fmt(p50)} / ${fmt(p95)} ms`);
+  if (!measuring()) {
+    setStat('stat-latency', 'off (tick "measure latency")');
+  } else {
+    setStat('stat-latency', p50 === null ? '–' : `${fmt(p50)} / ${fmt(p95)} ms`);
+  }
   setStat('stat-fps', `${fmt(rtp.fpsSent, 1)} / ${fmt(rtp.fpsReceived, 1)}`);
   setStat('stat-frames-decoded', String(rtp.framesDecoded));
   setStat('stat-bitrate', `${fmt(rtp.kbitsIn)} / ${fmt(rtp.kbitsOut)} kbit/s`);
   setStat('stat-jitter', fmt(rtp.jitterMs, 1, ' ms'));
+  const asked = ui.settingsForm.elements.camera_resolution.value;
+  const camera = ui.localVideo.videoWidth ? `${ui.localVideo.videoWidth}x${ui.localVideo.videoHeight}` : '–';
+  setStat('stat-camera', `${camera} (asked ${asked})`);
   await refreshServerStats(current);
 }
 
@@ -254,11 +285,16 @@ async function refreshServerStats(current) {
     window.livefuse.server = server;
     setStat('stat-server-frames', `${server.frames_in} / ${server.frames_out} / ${server.frames_dropped}`);
     setStat('stat-server-fps', `${fmt(server.fps_in, 1)} / ${fmt(server.fps_out, 1)}`);
+    setStat('stat-resolution', `${formatResolution(server.resolution_in)} / ${formatResolution(server.resolution_out)}`);
     setStat('stat-processing', formatProcessing(server.processing_ms));
     setStat('stat-cadence', formatCadence(server.quality));
     setStat('stat-server-sending', formatSending(server.sending));
   } catch (error) {
     if (call !== current) return;
+    if (error.status === 404) {
+      endedByServer(current, error.message);
+      return;
+    }
     if (!GONE_STATUSES.includes(error.status)) {
       showError(error.message);
       return;
@@ -282,7 +318,35 @@ async function failOver(current, reason) {
   record.resumedAt = performance.now();
 }
 
+/** The daemon closed this call (its frames kept failing, it went idle, it shut down): say so, free the
+ * camera, and never leave the header saying "connected" over a frozen video. */
+function endedByServer(current, message) {
+  current.ended = true;
+  current.sessionId = null; // nothing to DELETE: the server has forgotten it
+  showError(`The server ended this call: ${message}. Press Start for a new one.`);
+  stopCall('ended');
+}
+
 // ---- source photo --------------------------------------------------------------------------------
+
+/** The thumbnail shows `file` (null: the drop hint); it names the file for the user and the tests. */
+function showThumb(file) {
+  if (ui.sourceThumb.src) URL.revokeObjectURL(ui.sourceThumb.src);
+  if (!file) {
+    ui.sourceThumb.removeAttribute('src');
+    delete ui.sourceThumb.dataset.file;
+    ui.sourceThumb.hidden = true;
+    ui.sourceHint.hidden = false;
+    ui.sourceClear.disabled = true;
+    return;
+  }
+  ui.sourceThumb.src = URL.createObjectURL(file);
+  ui.sourceThumb.dataset.file = file.name;
+  ui.sourceThumb.title = file.name;
+  ui.sourceThumb.hidden = false;
+  ui.sourceHint.hidden = true;
+  ui.sourceClear.disabled = false;
+}
 
 function chooseSource(file) {
   if (!file) return;
@@ -291,22 +355,23 @@ function chooseSource(file) {
     return;
   }
   clearError();
-  sourceFile = file;
-  if (ui.sourceThumb.src) URL.revokeObjectURL(ui.sourceThumb.src);
-  ui.sourceThumb.src = URL.createObjectURL(file);
-  ui.sourceThumb.hidden = false;
-  ui.sourceHint.hidden = true;
-  ui.sourceClear.disabled = false;
   if (call?.sessionId) {
-    uploadSource(file);
+    uploadSource(file); // the thumbnail changes only once the server has taken the photo
   } else {
+    sourceFile = file;
+    showThumb(file);
     ui.sourceStatus.textContent = 'will be sent when the call starts';
   }
 }
 
+/**
+ * PUT the photo. On success it is the source (thumbnail, `sourceFile`) and an old error goes away; on a
+ * rejection the server keeps swapping the previous source, so the thumbnail shows that one again.
+ */
 async function uploadSource(file) {
   const sessionId = call?.sessionId;
   if (!sessionId) return;
+  const previous = file === sourceFile ? null : sourceFile; // a pending photo sent at start has no older one
   ui.sourceStatus.textContent = 'uploading…';
   try {
     const answer = await apiFetch(`/api/sessions/${sessionId}/source`, {
@@ -315,10 +380,18 @@ async function uploadSource(file) {
       contentType: file.type,
     });
     const { width, height } = answer.source;
+    sourceFile = file;
+    showThumb(file);
+    clearError();
     ui.sourceStatus.textContent = `source set (${width}x${height})`;
     ui.sourceStatus.dataset.state = 'set';
   } catch (error) {
-    ui.sourceStatus.textContent = 'not accepted';
+    sourceFile = previous;
+    showThumb(previous);
+    ui.sourceInput.value = '';
+    ui.sourceStatus.textContent = previous
+      ? `"${file.name}" not accepted; still swapping "${previous.name}"`
+      : `"${file.name}" not accepted`;
     ui.sourceStatus.dataset.state = 'rejected';
     showError(error.status === 422 ? `No face found in "${file.name}": ${error.message}` : error.message);
   }
@@ -327,9 +400,7 @@ async function uploadSource(file) {
 async function clearSource() {
   sourceFile = null;
   ui.sourceInput.value = '';
-  ui.sourceThumb.hidden = true;
-  ui.sourceHint.hidden = false;
-  ui.sourceClear.disabled = true;
+  showThumb(null);
   ui.sourceStatus.textContent = '';
   delete ui.sourceStatus.dataset.state;
   if (!call?.sessionId) return;
@@ -360,12 +431,23 @@ async function uploadReference(file) {
 
 // ---- settings ------------------------------------------------------------------------------------
 
+/** The latency stamp is opt-in: only while "measure latency" is ticked are frames stamped and read. */
+function measuring() {
+  return readSetting('latency_stamp');
+}
+
+/** Stamp only what the session knows is stamped (see `stampConfirmed`). */
+function stamping() {
+  return measuring() && stampConfirmed;
+}
+
 function readSetting(name) {
   const field = ui.settingsForm.elements[name];
   return field.type === 'checkbox' ? field.checked : field.value;
 }
 
 function showSettings(settings) {
+  if ('latency_stamp' in settings) stampConfirmed = Boolean(settings.latency_stamp);
   for (const name of SETTING_NAMES) {
     const field = ui.settingsForm.elements[name];
     if (!(name in settings)) continue;
@@ -382,7 +464,22 @@ async function patchSettings(sessionId, changes) {
     showSettings(await apiFetch(`/api/sessions/${sessionId}/settings`, { method: 'PATCH', json: changes }));
   } catch (error) {
     showError(error.message);
+    if (error.status !== 409) return;
+    // refused (not available on this daemon): the call goes on as it was; show what is in effect
+    for (const name of Object.keys(changes)) delete dirtySettings[name];
+    try {
+      const session = await apiFetch(`/api/sessions/${sessionId}`);
+      if (session?.settings) showSettings(session.settings);
+    } catch (refreshError) {
+      console.warn('livefuse: settings not refreshed:', refreshError.message);
+    }
   }
+}
+
+/** Offer only what this daemon can run (GET /api/capabilities); `reload` asks again. */
+async function showCapabilities(reload, askToken = true) {
+  if (reload) window.livefuse.capabilities = await loadCapabilities({ askToken });
+  applyCapabilities(ui.settingsForm, window.livefuse.capabilities, $('capabilities-status'));
 }
 
 /** On a new session: the server's defaults win, except what the user changed before starting. */
@@ -397,16 +494,24 @@ async function syncSettings(current) {
 
 function onSettingChanged(event) {
   const name = event.target.name;
+  if (name === 'camera_resolution') {
+    applyCameraResolution(); // the page's own choice, not a session setting
+    return;
+  }
   if (!SETTING_NAMES.includes(name)) return;
   const value = readSetting(name);
   dirtySettings[name] = value;
+  if (name === 'latency_stamp' && !value) latency.clear();
   if (call?.sessionId) patchSettings(call.sessionId, { [name]: value });
 }
 
 // ---- wiring --------------------------------------------------------------------------------------
 
 ui.start.addEventListener('click', () => startCall());
-ui.stop.addEventListener('click', () => stopCall());
+ui.stop.addEventListener('click', () => {
+  clearError(); // the user ended the call: what went wrong in it is over too
+  stopCall();
+});
 $('error-dismiss').addEventListener('click', clearError);
 ui.settingsForm.addEventListener('change', onSettingChanged);
 ui.sourceInput.addEventListener('change', () => chooseSource(ui.sourceInput.files[0]));
@@ -430,3 +535,4 @@ window.addEventListener('pagehide', () => {
   if (call?.sessionId) apiFetch(`/api/sessions/${call.sessionId}`, { method: 'DELETE', keepalive: true }).catch(() => {});
 });
 setCallState('idle');
+showCapabilities(true, false); // without a token yet this waits for Start

@@ -137,22 +137,35 @@ export function everyVideoFrame(video, onFrame) {
   };
 }
 
-/** Draws each camera frame into `canvas` (sized to the camera) and stamps it with the stamp clock. */
-export function startStamping(video, canvas) {
-  canvas.width = video.videoWidth;
-  canvas.height = video.videoHeight;
+/**
+ * Draws each camera frame into `canvas` (sized to the camera, resized when the camera's size changes) and,
+ * while `stamping()` is true, stamps it with the stamp clock (opt-in: the page's "measure latency").
+ */
+export function startStamping(video, canvas, stamping = () => true) {
   const context = canvas.getContext('2d');
+  const fit = () => {
+    if (canvas.width !== video.videoWidth || canvas.height !== video.videoHeight) {
+      canvas.width = video.videoWidth;
+      canvas.height = video.videoHeight;
+    }
+  };
+  fit();
   return everyVideoFrame(video, () => {
+    fit();
     context.drawImage(video, 0, 0, canvas.width, canvas.height);
-    writeStamp(context, stampNow());
+    if (stamping()) writeStamp(context, stampNow());
   });
 }
 
-/** Reads the stamp of each received frame into `latencyWindow`: one sample per distinct stamp. */
-export function startLatencyReadout(video, reader, latencyWindow, sentWidth, sentHeight) {
+/**
+ * Reads the stamp of each received frame into `latencyWindow` while `reading()` is true: one sample per
+ * distinct stamp. `sentCanvas` is the canvas being sent (its size is the sent frame size).
+ */
+export function startLatencyReadout(video, reader, latencyWindow, sentCanvas, reading = () => true) {
   let lastStamp = null;
   return everyVideoFrame(video, () => {
-    const stamp = reader.read(video, sentWidth, sentHeight);
+    if (!reading()) return;
+    const stamp = reader.read(video, sentCanvas.width, sentCanvas.height);
     if (stamp === null || stamp === lastStamp) return;
     lastStamp = stamp;
     const age = stampAge(stamp);

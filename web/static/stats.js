@@ -59,14 +59,16 @@ export function formatProcessing(value) {
 }
 
 /**
- * The server's swap cadence ({swap_share: "3/4", frames_shed, reason}): "every frame", or, when the
- * daemon swaps fewer frames because it cannot keep up, "3 of 4 frames" with why and how many it skipped.
+ * The server's swap cadence ({swap_share: "2/5", frames_shed, worker_busy}) in plain words: "every frame",
+ * or, when the daemon swaps fewer frames because its worker cannot keep up, "2 of 5 frames swapped,
+ * 166 skipped (worker 95% busy)". Skipped frames are not sent at all (never an unswapped face).
  */
 export function formatCadence(quality) {
   if (!quality || !quality.swap_share) return '–';
   const [swapped, of] = quality.swap_share.split('/');
   if (swapped === of) return 'every frame';
-  return `${swapped} of ${of} frames (${quality.reason}; ${quality.frames_shed} skipped)`;
+  const busy = typeof quality.worker_busy === 'number' ? ` (worker ${Math.round(quality.worker_busy * 100)}% busy)` : '';
+  return `${swapped} of ${of} frames swapped, ${quality.frames_shed ?? 0} skipped${busy}`;
 }
 
 /**

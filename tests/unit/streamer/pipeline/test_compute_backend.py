@@ -80,6 +80,7 @@ def test_cpu_request_never_probes() -> None:
     backend = choose_backend("cpu", probes=BackendProbes(cupy=fail, cuda_provider=lambda _: fail()))
     assert backend == ComputeBackend("numpy", "cpu", backend.reason)
     assert "requested" in backend.reason
+    assert "--" not in backend.reason  # the log must not claim a flag: a library caller gave none
 
 
 @pytest.mark.skipif("CUDAExecutionProvider" in available_providers(), reason="this onnxruntime has CUDA")

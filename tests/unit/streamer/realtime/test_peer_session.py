@@ -29,6 +29,8 @@ async def _offer() -> RTCSessionDescription:
 async def test_close_before_start_and_twice() -> None:
     worker = BatchWorker(fake_binding())
     session = PeerSession("s1", worker, fake_binding(), DaemonMetrics(), SwapCadence(worker.busy_seconds))
+    stats = session.stats()
+    assert stats["resolution_in"] is None and stats["resolution_out"] is None  # no frame yet: no size
     await session.close()
     await asyncio.gather(session.close(), session.close())
     with pytest.raises(RuntimeError):

@@ -80,7 +80,8 @@ def test_room_on_the_worker_brings_more_frames_back_one_step_at_a_time() -> None
         run_window(cadence, clock, 30, swapped_share=1.0, busy=0.3)
     assert cadence.share == low  # not before `windows_to_raise` roomy windows have been judged
     run_window(cadence, clock, 30, swapped_share=1.0, busy=0.3)
-    assert cadence.share == SHARES[SHARES.index(low) - 1] and "headroom" in cadence.reason
+    assert cadence.share == SHARES[SHARES.index(low) - 1] and cadence.reason.startswith("raised: ")
+    assert cadence.describe()["worker_busy"] == 0.3  # what the page shows next to the share
 
 
 def test_a_busy_worker_keeps_the_lower_share_even_when_every_frame_comes_back() -> None:
