@@ -6,11 +6,11 @@ sweeps every session on a timer, so it also catches offers that never turned int
 clock is injected and `sweep()` is public, so tests drive it without sleeping.
 
 Silence is not always a gone peer: a Wi-Fi hiccup or a train tunnel cuts the path for a few seconds
-while the peer waits. When a session's network path is still alive (ICE up, the peer heard within the
-consent lifetime and its host not refusing our datagrams: streamer/transport/path_liveness.py) the
-session gets `network_gap_timeout_s` (15 s by default, at least the idle timeout) instead of the idle
-timeout; a peer that is gone (ICE failed or closed, port unreachable, consent expired) still gets only
-the idle timeout.
+while the peer waits. While a session is in a network gap (nothing at all heard from its peer, ICE up,
+consent fresh, its host not refusing our datagrams; and for an idle timeout after the path is back:
+streamer/transport/path_liveness.py) it gets `network_gap_timeout_s` (15 s by default, at least the idle
+timeout) instead of the idle timeout. A peer that is gone (ICE failed or closed, port unreachable,
+consent expired), or one that is reachable and simply sends no video, gets the idle timeout.
 """
 
 import asyncio
@@ -29,8 +29,8 @@ NETWORK_GAP_TIMEOUT_S = 15.0
 
 
 class WatchedSession(Protocol):
-    """What the reaper reads of a session: its id, its count of frames received so far, and whether its
-    network path is still alive. The reaper notes when that count last changed (first sighting counts as
+    """What the reaper reads of a session: its id, its count of frames received so far, and whether it
+    is in a network gap (its path silent, or just back, while ICE is up). The reaper notes when that count last changed (first sighting counts as
     activity), so sessions need no clock."""
 
     @property
@@ -39,7 +39,7 @@ class WatchedSession(Protocol):
     @property
     def frames_in(self) -> int: ...
 
-    def path_alive(self) -> bool: ...
+    def in_network_gap(self) -> bool: ...
 
 
 ListSessions = Callable[[], Sequence[WatchedSession]]
@@ -89,7 +89,7 @@ class IdleReaper:
             limit = self.idle_timeout_s if session.frames_in else self.first_frame_timeout_s
             silent_s = now - changed_at
             in_gap_grace = session.frames_in and silent_s <= self.network_gap_timeout_s
-            if silent_s > limit and in_gap_grace and session.path_alive():
+            if silent_s > limit and in_gap_grace and session.in_network_gap():
                 continue  # a network gap: the peer is still there, give the path time to return
             if silent_s > limit:
                 what = "no video" if session.frames_in else "no first frame"

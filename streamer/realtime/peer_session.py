@@ -35,7 +35,7 @@ from streamer.realtime.stamp_blanking import without_stamp
 from streamer.realtime.swap_cadence import SwapCadence
 from streamer.realtime.worker_lane import InboundFrame, WorkerLane
 from streamer.transport.codec_tuning import prefer_codec, sender_encoding
-from streamer.transport.path_liveness import path_state
+from streamer.transport.path_liveness import gap_ended_s_ago, path_state
 
 logger = logging.getLogger(__name__)
 
@@ -173,19 +173,25 @@ class PeerSession:
         if self._on_ended is not None:
             self._on_ended(self.session_id, reason)
 
-    def path_alive(self) -> bool:
-        """True while ICE is up and the peer is still there (streamer/transport/path_liveness.py)."""
-        return path_state(self._pc) == "alive"
+    def in_network_gap(self) -> bool:
+        """True while the path is silent (or too briefly silent to tell) but ICE up and consent fresh,
+        and for `idle_timeout_s` after it came back (time for the video to resume):
+        streamer/transport/path_liveness.py."""
+        state = path_state(self._pc)
+        if state in ("gap", "quiet"):  # quiet: the next look (in a second) tells gap from talking
+            return True
+        back_s_ago = gap_ended_s_ago(self._pc)
+        return state == "talking" and back_s_ago is not None and back_s_ago < self._idle_timeout_s
 
     def _keeps_waiting(self, silent_s: float, gap_logged: bool) -> bool:
         """After `silent_s` without video: wait on (a network gap) or end the session (a gone peer)."""
         if not self.frames_in or silent_s >= max(NETWORK_GAP_TIMEOUT_S, self._idle_timeout_s):
             return False
-        if not self.path_alive():
+        if not self.in_network_gap():
             return False
         if not gap_logged:
             logger.info(
-                "session %s: no video for %.1f s but its network path is alive; waiting up to %.0f s",
+                "session %s: no video for %.1f s in a network gap (ICE up, peer silent); waiting up to %.0f s",
                 self.session_id,
                 silent_s,
                 NETWORK_GAP_TIMEOUT_S,

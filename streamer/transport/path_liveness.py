@@ -11,9 +11,14 @@ Both are silent, so silence alone cannot tell them apart. What can:
 - when we last heard from the peer at all (any datagram on the ICE socket: media, RTCP, STUN, DTLS).
 
 `path_state(pc)` is "gone" when ICE failed or closed, when the peer's host refused a datagram after the
-last one we heard, or when nothing was heard for the consent lifetime; otherwise "alive" (ICE up, consent
-fresh). The tap is a class patch of aioice's StunProtocol, installed and reverted with the other process
-patches (streamer/transport/process_patches.py).
+last one we heard, or when nothing was heard for the consent lifetime; "gap" when nothing at all was
+heard for PATH_SILENT_S (RTCP reports come every second, so a silent path is a cut one) but ICE is up and
+consent fresh; "quiet" for a silence too short to tell (a gap starting, or two RTCP reports far apart);
+otherwise "talking": the peer is reachable, and if it sends no video that is its choice.
+`gap_ended_s_ago(pc)` says how long ago the path last came back from a gap, so a session gets time for
+its video to resume (keyframe request, first frame) before silence counts against it again. The tap is a
+class patch of aioice's StunProtocol, installed and reverted with the other process patches
+(streamer/transport/process_patches.py).
 """
 
 import logging
@@ -27,8 +32,10 @@ from aiortc import RTCPeerConnection
 
 logger = logging.getLogger(__name__)
 
-PathState = Literal["alive", "gone"]
+PathState = Literal["talking", "quiet", "gap", "gone"]
 CONSENT_LIFETIME_S = 30.0  # RFC 7675 section 5.1: consent expires 30 s after the last answer
+PATH_SILENT_S = 2.0  # nothing heard this long (RTCP every 0.5-1.5 s): the path is cut
+QUIET_S = 1.0  # nothing heard this long: not yet known whether the path is cut ("quiet")
 LIVENESS_FLAG = "_livefuse_path_liveness"
 IP_RECVERR = getattr(socket, "IP_RECVERR", 11)  # Linux values; other systems ignore the option
 IPV6_RECVERR = getattr(socket, "IPV6_RECVERR", 25)
@@ -55,7 +62,11 @@ def _connection_made(protocol: StunProtocol, transport: Any) -> None:
 
 
 def _datagram_received(protocol: StunProtocol, data: bytes, addr: tuple[Any, ...]) -> None:
-    protocol._livefuse_heard_at = time.monotonic()  # type: ignore[attr-defined]
+    now = time.monotonic()
+    heard_at = getattr(protocol, "_livefuse_heard_at", None)
+    if heard_at is not None and now - heard_at > PATH_SILENT_S:
+        protocol._livefuse_gap_ended_at = now  # type: ignore[attr-defined]
+    protocol._livefuse_heard_at = now  # type: ignore[attr-defined]
     _ORIGINAL_DATAGRAM_RECEIVED(protocol, data, addr)
 
 
@@ -84,8 +95,16 @@ def ice_connections(pc: RTCPeerConnection) -> list[Any]:
     return list(found.values())
 
 
+def _nominated_protocols(pc: RTCPeerConnection) -> list[Any]:
+    return [pair.protocol for connection in ice_connections(pc) for pair in connection._nominated.values()]
+
+
+def _latest(protocols: list[Any], name: str) -> float:
+    return max((getattr(protocol, name, None) or 0.0 for protocol in protocols), default=0.0)
+
+
 def path_state(pc: RTCPeerConnection | None, now: float | None = None) -> PathState:
-    """ "alive" while ICE is up and the peer was heard within the consent lifetime and not refused since."""
+    """ "talking", "gap" (silent path, peer presumed there) or "gone" (see the module docstring)."""
     if (
         pc is None
         or pc.connectionState in ("failed", "closed")
@@ -93,15 +112,25 @@ def path_state(pc: RTCPeerConnection | None, now: float | None = None) -> PathSt
     ):
         return "gone"
     now = time.monotonic() if now is None else now
-    protocols = [
-        pair.protocol for connection in ice_connections(pc) for pair in connection._nominated.values()
-    ]
+    protocols = _nominated_protocols(pc)
     if not protocols:
         return "gone"  # no path was ever chosen
-    heard = max((getattr(p, "_livefuse_heard_at", None) or 0.0 for p in protocols), default=0.0)
-    refused = max((getattr(p, "_livefuse_refused_at", None) or 0.0 for p in protocols), default=0.0)
-    if refused > heard:
+    heard = _latest(protocols, "_livefuse_heard_at")
+    if _latest(protocols, "_livefuse_refused_at") > heard:
         return "gone"  # the peer's host says nobody listens there any more
-    if heard and now - heard > CONSENT_LIFETIME_S:
+    if not heard:
+        return "talking"  # the tap came after the last datagram: nothing known, nothing to wait for
+    silent_s = now - heard
+    if silent_s > CONSENT_LIFETIME_S:
         return "gone"
-    return "alive"
+    if silent_s > PATH_SILENT_S:
+        return "gap"
+    return "quiet" if silent_s > QUIET_S else "talking"
+
+
+def gap_ended_s_ago(pc: RTCPeerConnection | None, now: float | None = None) -> float | None:
+    """Seconds since the path last came back from a gap; None if it never had one."""
+    if pc is None:
+        return None
+    ended = _latest(_nominated_protocols(pc), "_livefuse_gap_ended_at")
+    return (time.monotonic() if now is None else now) - ended if ended else None

@@ -10,9 +10,9 @@ from streamer.realtime.idle_reaper import IdleReaper
 class FakeSession:
     session_id: str
     frames_in: int = 0
-    path: bool = False  # what path_alive() answers: False, a gone peer
+    path: bool = False  # what in_network_gap() answers: False, a gone (or merely silent) peer
 
-    def path_alive(self) -> bool:
+    def in_network_gap(self) -> bool:
         return self.path
 
 
