@@ -21,7 +21,8 @@ class CallQuality:
     # frames whose stamp is not newer than one already received: the decoder showed stale content (a
     # frame decoded against a lost reference keeps the old picture's stamp strip); not in the latencies
     stale: int = 0
-    # after a cut: from the path's return to the first frame received that was sent after it
+    # after a cut: from the path's return to the first frame received that was sent after it (or whose
+    # stamp cannot be read because the daemon sends smaller frames now: a frame of the new video)
     recovery_ms: float | None = None
 
     def describe(self) -> str:
@@ -58,7 +59,12 @@ def call_quality(
     recovery_ms = None
     if path_back_ms is not None:
         for frame in frames:
-            sent_ms = client.track.sent_ms.get(frame.stamp) if frame.stamp is not None else None
+            if frame.received_ms < path_back_ms:
+                continue
+            if frame.stamp is None:  # a frame the daemon sent smaller (its stamp strip is cut): new video
+                recovery_ms = frame.received_ms - path_back_ms
+                break
+            sent_ms = client.track.sent_ms.get(frame.stamp)
             if sent_ms is not None and sent_ms >= path_back_ms:
                 recovery_ms = frame.received_ms - path_back_ms
                 break

@@ -7,9 +7,10 @@
   receiver's REMB estimate takes over, within 0.3..2.5 Mbps.
 - Bandwidth: aiortc's sender already hands the receiver's REMB estimate to the encoder (`target_bitrate`,
   kept within 0.3..2.5 Mbps here). When that estimate is too low for the frame size (under
-  MIN_BITS_PER_PIXEL at 30 fps) the frame is encoded smaller, 3/4 or 1/2 of each side, rather than as a
-  blocky full-size frame that overshoots the link; it goes back up only with 25 % headroom, so a
-  wavering estimate does not flip the size (each change costs a keyframe).
+  MIN_BITS_PER_PIXEL at 30 fps) and the encoder is using most of it (a still picture gets a low estimate
+  because it needs little: that is no congestion), the frame is encoded smaller, 3/4 or 1/2 of each
+  side, rather than as a blocky full-size frame that overshoots the link; it goes back up only with
+  25 % headroom, so a wavering estimate does not flip the size (each change costs a keyframe).
 - VP8 first: `prefer_codec` sets a transceiver's codec preferences so answers pick VP8 when offered.
 
 `install_codec_tuning()` swaps the encoder factory aiortc's sender calls; idempotent.
@@ -17,6 +18,7 @@
 
 import fractions
 import logging
+import time
 from typing import Any
 
 import aiortc.rtcrtpsender
@@ -36,6 +38,8 @@ MAX_BITRATE = 2_500_000
 MIN_BITS_PER_PIXEL = 0.05  # at 30 fps: below this VP8 at full size turns to blocks
 SEND_SCALES = (1.0, 0.75, 0.5)  # of each side; the smallest is the floor
 SCALE_UP_HEADROOM = 1.25
+BUDGET_USED = 0.7  # output at this share of the estimate or more: the estimate is what limits it
+OUTPUT_SMOOTHING = 0.1  # per frame: about a third of a second at 30 fps
 X264_LOW_LATENCY_OPTIONS = {"level": "31", "preset": "ultrafast", "tune": "zerolatency"}
 
 _ORIGINAL_GET_ENCODER = get_encoder
@@ -75,6 +79,21 @@ class _SizedBitrate:
     _bitrate_from_receiver = False
     send_scale = 1.0  # what the last frame was encoded at (session stats show it)
     sent_size: tuple[int, int] | None = None
+    output_bitrate = 0.0  # what the encoder actually produced lately (bit/s, smoothed)
+    output_fps = 30.0  # the frame rate it encodes at (smoothed): the size rule is per frame
+    _last_encoded_at: float | None = None
+    clock = staticmethod(time.monotonic)  # tests give an encoder their own
+
+    def _note_output(self, payloads: list[bytes]) -> None:
+        """Smooth the encoder's real output rate: a low estimate only forces a smaller size when the
+        encoder is using all of it (a still picture needs little, and its low estimate is no congestion)."""
+        now = self.clock()
+        if self._last_encoded_at is not None:
+            interval_s = max(now - self._last_encoded_at, 1e-3)
+            rate = sum(len(payload) for payload in payloads) * 8 / interval_s
+            self.output_bitrate += OUTPUT_SMOOTHING * (rate - self.output_bitrate)
+            self.output_fps += OUTPUT_SMOOTHING * (min(1.0 / interval_s, 120.0) - self.output_fps)
+        self._last_encoded_at = now
 
     @property
     def target_bitrate(self) -> int:
@@ -93,7 +112,12 @@ class _SizedBitrate:
         if not self._bitrate_from_receiver:
             setattr(self, self._mangled_bitrate, bitrate_for_resolution(frame.width, frame.height))
         else:
-            scale = send_scale(frame.width, frame.height, self.target_bitrate, self.send_scale)
+            budget_used = self.output_bitrate >= BUDGET_USED * self.target_bitrate
+            scale = send_scale(
+                frame.width, frame.height, self.target_bitrate, self.send_scale, self.output_fps
+            )
+            if scale < self.send_scale and not budget_used:
+                scale = self.send_scale  # not congested: the content simply needs little
             if scale != self.send_scale:
                 logger.info(
                     "encoder: %d kbit/s estimated, sending %s of %dx%d",
@@ -114,7 +138,9 @@ class TunedVp8Encoder(_SizedBitrate, Vp8Encoder):
     _mangled_bitrate = "_Vp8Encoder__target_bitrate"
 
     def encode(self, frame: Any, force_keyframe: bool = False) -> tuple[list[bytes], int]:
-        return super().encode(self._size_bitrate(frame), force_keyframe)
+        payloads, timestamp = super().encode(self._size_bitrate(frame), force_keyframe)
+        self._note_output(payloads)
+        return payloads, timestamp
 
 
 class LowLatencyH264Encoder(_SizedBitrate, H264Encoder):
@@ -123,7 +149,9 @@ class LowLatencyH264Encoder(_SizedBitrate, H264Encoder):
     _mangled_bitrate = "_H264Encoder__target_bitrate"
 
     def encode(self, frame: Any, force_keyframe: bool = False) -> tuple[list[bytes], int]:
-        return super().encode(self._size_bitrate(frame), force_keyframe)
+        payloads, timestamp = super().encode(self._size_bitrate(frame), force_keyframe)
+        self._note_output(payloads)
+        return payloads, timestamp
 
     def _encode_frame(self, frame: av.VideoFrame, force_keyframe: bool) -> Any:
         # aiortc builds its libx264 context inside _encode_frame with fixed options; building it here
