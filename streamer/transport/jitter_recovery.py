@@ -19,7 +19,8 @@ be decoded cleanly before a keyframe. PLIs (ours and aiortc's own) are limited t
 NACKs: aiortc's receiver re-sends its whole list of missing packets each time a new gap appears, so on
 a congested link every loss asks again for every packet still missing, the sender resends them all and
 the link drowns in retransmissions (measured at a 500 kbit/s cap: 6473 datagrams dropped at the
-bottleneck against 743 through). Each packet is now asked for at most `MAX_NACKS_PER_PACKET` times;
+bottleneck against 743 through; bounded, about 1.5 per one through). Each packet is now asked for at most `MAX_NACKS_PER_PACKET` (5) times
+(2 was too few: on a loaded loopback a frame then waited for its packet until the hole timeout);
 what still has not come after that is given up by the hole timeout above.
 Installed and reverted with the other process patches (streamer/transport/process_patches.py).
 """
@@ -37,7 +38,7 @@ logger = logging.getLogger(__name__)
 VIDEO_CLOCK_HZ = 90_000
 HOLE_WAIT_MS = 120.0  # a NACK's round trip on a real path fits; a lost retransmission does not stall
 PLI_INTERVAL_S = 0.4  # at most one keyframe request per receiver in this long
-MAX_NACKS_PER_PACKET = 2  # the first request and one more if the retransmission was lost
+MAX_NACKS_PER_PACKET = 5  # a few more chances if retransmissions are lost too; never unbounded
 NACK_MEMORY = 1024  # sequence numbers remembered per receiver
 RECOVERY_FLAG = "_livefuse_loss_recovery"
 
