@@ -159,7 +159,9 @@ def fill_occluders(
     unlike_skin = _grown((1.0 - scores.chroma) * (1.0 - protected), face_height)
     dark_regions = cv2.morphologyEx(dark, cv2.MORPH_OPEN, disc(DARK_REGION * face_height))
     # (not beside the features: the shade of a smile's folds differs from side to side in a side light)
-    one_sided = cv2.morphologyEx(one_sided, cv2.MORPH_OPEN, disc(DARK_REGION * face_height))
+    one_sided = np.asarray(
+        cv2.morphologyEx(one_sided, cv2.MORPH_OPEN, disc(DARK_REGION * face_height)), np.float32
+    )
     darkness = _grown(np.maximum(dark_regions, one_sided) * (1.0 - sockets), face_height)
     occluded = np.maximum(unlike_skin, darkness) * (1.0 - protected)
     keep = (1.0 - occluded).astype(np.float32)
