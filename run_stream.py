@@ -2,7 +2,9 @@
 """livefuse entry point: argument parsing, logging set-up, dispatch. Nothing else lives here.
 
 Each subcommand's work is a `run(args) -> int` function in its own package; this file is the only place
-that turns LivefuseError into a one-line message and an exit code.
+that turns LivefuseError into a one-line message and an exit code. It is over 400 lines because every
+flag of every subcommand is defined here, each with its help: one parser that `--help`, the docs and
+tests/unit/test_run_stream.py (every flag reaches what it sets) all read.
 """
 
 import argparse
@@ -26,6 +28,7 @@ from streamer.realtime.micro_batcher import DEFAULT_MAX_WAIT_MS
 # pay for aiortc, and `swap` must not need a web stack)
 COMMANDS: dict[str, str] = {
     "serve": "web.serve",
+    "room": "web.room_command",
     "camera": "streamer.outputs.camera",
     "swap": "streamer.outputs.file_swap",
     "models": "models.commands",
@@ -116,6 +119,7 @@ def add_swap_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--enhancer", action="store_true", help="run GFPGAN 1.4 on swapped faces")
     parser.add_argument("--no-mouth-mask", action="store_true", help="do not keep the target's inner mouth")
+    parser.add_argument("--no-occlusion", action="store_true", help="paste over what is in front of a face")
 
 
 def add_hardening_options(parser: argparse.ArgumentParser) -> None:
@@ -227,6 +231,32 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_options(serve)
     add_swap_options(serve)
 
+    room = sub.add_parser("room", help="swap one feed of a Janus VideoRoom and publish it into the room")
+    room.add_argument(
+        "--janus", required=True, metavar="URL", help="Janus HTTP API, e.g. http://host:8088/janus"
+    )
+    room.add_argument("--room", required=True, type=int, help="VideoRoom room number")
+    feed = room.add_mutually_exclusive_group(required=True)
+    feed.add_argument("--feed", type=int, help="the publisher's feed id")
+    feed.add_argument("--display", help="the publisher's display name (followed when its id changes)")
+    # its own dest: `serve --source` (DaemonConfig.default_source, for WHIP streams) is another thing
+    room.add_argument("--source", dest="room_source", required=True, help="source face image")
+    room.add_argument("--pin", help="the room's pin (else $LIVEFUSE_ROOM_PIN)")
+    room.add_argument("--secret", help="Janus's API secret (else $LIVEFUSE_JANUS_SECRET)")
+    room.add_argument("--janus-token", help="a Janus API token (else $LIVEFUSE_JANUS_TOKEN)")
+    room.add_argument("--max-sessions", type=int, default=8)
+    room.add_argument(
+        "--ice-address",
+        action="append",
+        default=[],
+        help="host address offered as ICE candidate (repeatable)",
+    )
+    room.add_argument("--label", help='visible label on swapped frames, e.g. "AI" (bottom-right)')
+    room.add_argument("--idle-timeout", type=float, default=5.0, help="leave a feed without video (s)")
+    add_network_options(room)
+    add_model_options(room)
+    add_swap_options(room)
+
     camera = sub.add_parser("camera", help="local camera -> swap -> virtual camera")
     camera.add_argument("--device", required=True, help="camera device (or a video file, looped)")
     camera.add_argument("--source", required=True, help="source face image")
@@ -278,6 +308,11 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="measure per-stage timings and latency")
     bench.add_argument("--live", action="store_true", help="loopback WebRTC glass-to-glass latency")
     bench.add_argument("--whip", action="store_true", help="WHIP publish -> swap -> WHEP receive latency")
+    bench.add_argument(
+        "--room",
+        action="store_true",
+        help="latency a Janus room job adds against a direct call (root, janus)",
+    )
     bench.add_argument("--soak", action="store_true", help="10 minute multi-session soak")
     bench.add_argument("--gpu", action="store_true", help="frame path on the GPU backend, stage by stage")
     bench.add_argument("--quick", action="store_true", help="with --gpu: small sizes and model (CPU check)")
@@ -295,9 +330,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--baseline",
         help="with --live: a git revision whose daemon runs in alternating rounds with this one (A/B)",
     )
-    bench.add_argument(
-        "--loss", type=float, default=0.0, help="with --live: drop this share of datagrams each way (0.05)"
-    )
+    bench.add_argument("--loss", type=float, default=0.0, help="with --live: drop this share of datagrams")
     bench.add_argument("--cut", type=float, default=0.0, help="with --live: cut the path for this long (s)")
     bench.add_argument("--cap-kbps", type=float, default=None, help="with --live: bandwidth cap each way")
     bench.add_argument("--width", type=int, default=640, help="frame width (px)")

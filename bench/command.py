@@ -1,7 +1,7 @@
 """`run_stream.py bench`: per-stage CPU timings of the real pipeline on a moving 640x480 face.
 
-`--live` (loopback WebRTC glass-to-glass), `--whip` (WHIP publish -> WHEP receive) and `--soak` (sessions
-joining and leaving) live in their own modules; this one measures the frame pipeline alone, with the same
+`--live` (loopback WebRTC glass-to-glass), `--whip` (WHIP publish -> WHEP receive), `--room` (the Janus
+room path against a direct call) and `--soak` (sessions joining and leaving) live in their own modules; this one measures the frame pipeline alone, with the same
 cadence settings the daemon uses.
 """
 
@@ -154,6 +154,10 @@ def run(args: argparse.Namespace) -> int:
         from bench.whip_bench import run_whip
 
         return run_whip(args)
+    if getattr(args, "room", False):
+        from bench.room_bench import run_room_bench
+
+        return run_room_bench(args)
     if getattr(args, "gpu", False):
         from bench.gpu_bench import run_gpu_bench
 

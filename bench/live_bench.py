@@ -238,6 +238,7 @@ DAEMON_FLAGS: tuple[tuple[str, str, object], ...] = (
     ("reference_distance", "--reference-distance", 0.6),
     ("enhancer", "--enhancer", False),
     ("no_mouth_mask", "--no-mouth-mask", False),
+    ("no_occlusion", "--no-occlusion", False),
 )
 
 

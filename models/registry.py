@@ -9,7 +9,16 @@ from typing import Literal, get_args
 
 from models.errors import UnknownModelError
 
-Role = Literal["detector", "landmarker", "embedder", "swapper", "enhancer"]
+Role = Literal[
+    "detector",
+    "landmarker",
+    "embedder",
+    "swapper",
+    "enhancer",
+    "segmenter",
+    "palm_detector",
+    "hand_landmarker",
+]
 ColorOrder = Literal["rgb", "bgr"]
 Layout = Literal["nchw", "nhwc"]
 
@@ -98,6 +107,7 @@ _SCRFD_OUTPUTS = tuple(
 _LIBFACEDETECTION = "https://raw.githubusercontent.com/ShiqiYu/libfacedetection.train/"
 _YUNET_ORIGIN = _LIBFACEDETECTION + "0047ac24afb1a50a0c6105001c89d1b5b805dbf1/onnx/"
 _PFLD_ORIGIN = "https://raw.githubusercontent.com/cunjian/pytorch_face_landmark/"
+_MEDIAPIPE_0_10_14 = "Apache-2.0 (MediaPipe 0.10.14 wheel's .tflite, converted with tf2onnx)"
 _FACEFUSION_ASSETS = "https://github.com/facefusion/facefusion-assets/releases/download/models-3.0.0/"
 
 _SPECS: tuple[ModelSpec, ...] = (
@@ -276,6 +286,83 @@ _SPECS: tuple[ModelSpec, ...] = (
         template=FFHQ_512_TEMPLATE,
         decoder="gfpgan",
         urls=(_FACEFUSION_ASSETS + "gfpgan_1.4.onnx",),
+    ),
+    ModelSpec(
+        name="selfie_seg_256",
+        role="segmenter",
+        file_name="seg_mediapipe_selfie_256.onnx",
+        sha256="b19a2468aa25a3c0a84ba7f4a215c7c48edbf2106de154821b1074f9f43680f1",
+        size_bytes=457998,
+        licence=_MEDIAPIPE_0_10_14,
+        description="MediaPipe selfie segmentation: person probability of the whole frame stretched to 256 px",
+        inputs=(_t("input_1", 1, 256, 256, 3),),
+        outputs=(_t("activation_10", 1, 256, 256, 1),),
+        layout="nhwc",
+        input_size=(256, 256),
+        scale=1.0 / 255.0,
+        decoder="selfie",
+    ),
+    ModelSpec(
+        name="selfie_seg_landscape",
+        role="segmenter",
+        file_name="seg_mediapipe_selfie_landscape_144x256.onnx",
+        sha256="7eb78fc825363a050d7fc5ae9672614ed7b07edc0f810b5f941908a2bbbf2990",
+        size_bytes=457305,
+        licence=_MEDIAPIPE_0_10_14,
+        description="MediaPipe selfie segmentation, landscape 256 x 144: person probability (cheaper)",
+        inputs=(_t("input_1", 1, 144, 256, 3),),
+        outputs=(_t("segment_back", 1, 144, 256, 1),),
+        layout="nhwc",
+        input_size=(256, 144),
+        scale=1.0 / 255.0,
+        decoder="selfie",
+    ),
+    *(
+        ModelSpec(
+            name=f"palm_{variant}",
+            role="palm_detector",
+            file_name=f"hand_mediapipe_palm_{variant}_192.onnx",
+            sha256=digest,
+            size_bytes=size,
+            licence=_MEDIAPIPE_0_10_14,
+            description=f"MediaPipe palm detection ({variant}): 2016 SSD anchors, box + 7 points, logits",
+            inputs=(_t("input_1", 1, 192, 192, 3),),
+            outputs=(_t("Identity", 1, 2016, 18), _t("Identity_1", 1, 2016, 1)),
+            layout="nhwc",
+            input_size=(192, 192),
+            scale=1.0 / 255.0,
+            decoder="mediapipe_palm",
+        )
+        for variant, digest, size in (
+            ("lite", "94ddeb8ba4146f4a3d7c64cd6ba2c79b39cfedbec8a992dc42f782bed8ef0d6d", 3891331),
+            ("full", "4ac49f6e55cecd3c2c735d601cba1a391389b44ffde46cedd4b4ec4e89ac9ced", 4589418),
+        )
+    ),
+    *(
+        ModelSpec(
+            name=f"hand_landmark_{variant}",
+            role="hand_landmarker",
+            file_name=f"hand_mediapipe_landmark_{variant}_224.onnx",
+            sha256=digest,
+            size_bytes=size,
+            licence=_MEDIAPIPE_0_10_14,
+            description=f"MediaPipe hand landmarks ({variant}): 21 x (x, y, z) crop px, presence, handedness",
+            inputs=(_t("input_1", 1, 224, 224, 3),),
+            outputs=(
+                _t("Identity", 1, 63),
+                _t("Identity_1", 1, 1),
+                _t("Identity_2", 1, 1),
+                _t("Identity_3", 1, 63),
+            ),
+            layout="nhwc",
+            input_size=(224, 224),
+            scale=1.0 / 255.0,
+            decoder="mediapipe_hand",
+        )
+        for variant, digest, size in (
+            ("lite", "a54e8c18a507d7c93aecb553999b53542cacb97ed8e9d87afdc3787e9599bba5", 4088036),
+            ("full", "95af4930adb0e6d317fbc0f9a10be6d5a8bad0789c7590f2e86c2436ef1bf882", 10903239),
+        )
     ),
 )
 

@@ -1,9 +1,10 @@
-"""What the mesh engine's issue-12 steps cost: the same frames swapped with the steps on and off, in
-alternating rounds (this machine's speed drifts 15 % and more, so the two sides must take turns).
+"""What the mesh engine's issue-12 steps and the issue-18 occlusion mask cost: the same frames swapped
+with the steps on and off, in alternating rounds (this machine's speed drifts 15 % and more, so the two sides must take turns).
 
 Per frame: the multi-band blend with its band masks, the rim guard and the per-track smoothing, against
 the single feathered blend with no guard and no memory (MeshConfig(blend="feather", rim_guard=None,
-smoothing=None)). Per source: the skin mask
+smoothing=None)), and the steps without only the target occlusion mask (MeshConfig(occlusion=None), issue
+18). Per source: the skin mask
 and occluder fill (MeshSourceConfig.skin_mask). 640x480 panning frames of the bench's target photo, one
 face, ORT and OpenCV on this CPU; prints medians per round and the differences.
 
@@ -56,7 +57,8 @@ def main() -> int:
     default = MeshConfig()
     configs = {
         "on": default,
-        "off": dataclasses.replace(default, blend="feather", rim_guard=None, smoothing=None),
+        "no-occlusion": dataclasses.replace(default, occlusion=None),
+        "off": dataclasses.replace(default, blend="feather", rim_guard=None, smoothing=None, occlusion=None),
     }
     engines = {name: MeshEngine(detector, landmarker, config) for name, config in configs.items()}
     sources = {name: engine.prepare_source(photo) for name, engine in engines.items()}
@@ -78,11 +80,18 @@ def main() -> int:
             build_mesh_source(photo, mesh, source_config)
             per_source[name].append((time.perf_counter() - started) * 1000.0)
     added = np.array(per_frame["on"]) - np.array(per_frame["off"])
+    occlusion = np.array(per_frame["on"]) - np.array(per_frame["no-occlusion"])
+    count, seconds = engines["on"].timer.totals().get("occlusion", (0, 0.0))
+    occlusion_step = [seconds / max(count, 1) * 1000.0]
     lines = [
         f"{machine_description()}; 640x480, 1 face, {args.frames} frames x {args.rounds} alternating rounds",
         f"swap per face, steps on  (ms, median per round): {', '.join(f'{v:.2f}' for v in per_frame['on'])}",
         f"swap per face, steps off (ms, median per round): {', '.join(f'{v:.2f}' for v in per_frame['off'])}",
+        "swap per face, no occlusion (ms, median per round): "
+        + ", ".join(f"{v:.2f}" for v in per_frame["no-occlusion"]),
         f"per-frame cost of the steps: {', '.join(f'{v:.2f}' for v in added)}; median {np.median(added):.2f} ms",
+        f"of which the occlusion mask: {', '.join(f'{v:.2f}' for v in occlusion)}; median "
+        + f"{np.median(occlusion):.2f} ms (its own timer: mean {occlusion_step[0]:.2f} ms)",
         "source preparation, skin mask on / off (ms, median): "
         + f"{np.median(per_source['on']):.1f} / {np.median(per_source['off']):.1f}",
     ]

@@ -58,6 +58,7 @@ FRAME_PATH: tuple[Stage, ...] = (
 ROOMS: tuple[str, ...] = (
     "bench",
     "web",
+    "streamer.sfu",
     "streamer.realtime",
     "streamer.outputs",
     "streamer.pipeline",

@@ -31,6 +31,7 @@ class FakeSwapSettings:
     enhancer: bool = False
     swap_enabled: bool = True
     mouth_mask: bool = True
+    occlusion: bool = True
     latency_stamp: bool = False
 
 

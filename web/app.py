@@ -11,7 +11,7 @@ from aiohttp import web
 
 from streamer.realtime.metrics import DaemonMetrics
 from streamer.transport.process_patches import TransportPatches
-from web import capabilities, ice_servers, observability, signaling, viewer, whep, whip
+from web import capabilities, ice_servers, observability, rooms_api, signaling, viewer, whep, whip
 from web.app_keys import CONFIG_KEY, ENGINE_KEY, METRICS_KEY
 from web.auth import access_middlewares
 from web.client_address import client_address_middleware
@@ -64,6 +64,7 @@ def create_app(config: DaemonConfig, load_binding: LoadBinding) -> web.Applicati
     whip.add_routes(app)  # WHIP ingest, WHEP egress, viewer page
     whep.add_routes(app)
     viewer.add_routes(app)
+    rooms_api.add_routes(app)  # room jobs: ended before the engine closes
     _add_static_routes(app, config.static_dir)
     return app
 

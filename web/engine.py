@@ -92,6 +92,10 @@ class DaemonEngine:
         stage_histogram = self.metrics.stage_seconds
         for timer in getattr(binding.pipeline, "stage_timers", []):  # pipeline-internal stages
             timer.add_listener(lambda stage, seconds: stage_histogram.labels(stage=stage).observe(seconds))
+        occluded = self.metrics.occluded_faces
+        for swap_engine in getattr(binding.pipeline, "engines", {}).values():
+            if hasattr(swap_engine, "add_occlusion_listener"):  # the mesh engine
+                swap_engine.add_occlusion_listener(occluded.inc)
         elapsed = loop.time() - started
         logger.info(
             "pipeline ready in %.1f s: %s",

@@ -34,7 +34,8 @@ MAX_SDP_LINES = 1000
 MAX_JSON_BYTES = 64 * 1024  # settings, latency samples, trickled candidates
 MULTIPART_OVERHEAD_BYTES = 64 * 1024
 MAX_TRACKED_CLIENTS = 10_000  # rate-limit buckets kept; full (idle) ones are forgotten first
-SESSION_CREATION = re.compile(r"^/(api/sessions|whip|whep)(/\{[^/]+\})?$")
+SESSION_CREATION = re.compile(r"^/(api/sessions|api/rooms|whip|whep)(/\{[^/]+\})?$")
+ROOM_JOBS = "/api/rooms"
 UNSAFE_NAME = re.compile(r"[/\\\x00-\x1f\x7f]|^\.\.?$|^\s*$")
 
 
@@ -95,9 +96,16 @@ def classify(request: web.Request, max_upload_bytes: int) -> RequestKind:
     creates = request.method == "POST" and bool(SESSION_CREATION.match(canonical))
     if request.method == "PUT" and canonical.endswith(("/source", "/reference")):
         return RequestKind(False, max_upload_bytes + MULTIPART_OVERHEAD_BYTES)
+    if creates and canonical == ROOM_JOBS:  # JSON with the source image in base64 (web/rooms_api.py)
+        return RequestKind(True, room_body_cap(max_upload_bytes))
     if creates or request.content_type == SDP_CONTENT_TYPE:
         return RequestKind(creates, MAX_SDP_BYTES)
     return RequestKind(False, MAX_JSON_BYTES)
+
+
+def room_body_cap(max_upload_bytes: int) -> int:
+    """A room job's body: the source image in base64 (4/3 of its bytes) and a few short fields."""
+    return max_upload_bytes * 4 // 3 + MULTIPART_OVERHEAD_BYTES
 
 
 def check_sdp(sdp: str) -> None:

@@ -20,6 +20,7 @@ from streamer.realtime.pipeline_binding import PipelineBinding
 from web.app import create_app
 from web.app_keys import CONFIG_KEY, ENGINE_KEY
 from web.daemon_config import DaemonConfig
+from web.rooms_api import ROOM_JOBS_KEY
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +61,8 @@ async def drain_sessions(app: web.Application) -> None:
     cleanly, within the drain timeout; whatever is left after it is closed by the app's cleanup."""
     engine = app[ENGINE_KEY]
     engine.draining = True
+    if ROOM_JOBS_KEY in app:  # room jobs leave their rooms first: they would reopen their sessions
+        await app[ROOM_JOBS_KEY].close()
     registry = engine.registry
     if registry is None:
         return

@@ -343,7 +343,10 @@ class FramePipeline:
     @staticmethod
     def _options(job: FrameJob) -> SwapOptions:
         return SwapOptions(
-            mouth_mask=job.settings.mouth_mask, enhance=job.settings.enhancer, memory=job.stream.memory
+            mouth_mask=job.settings.mouth_mask,
+            enhance=job.settings.enhancer,
+            occlusion=job.settings.occlusion,
+            memory=job.stream.memory,
         )
 
     def _select(self, frame: Frame, faces: list[TrackedFace], job: FrameJob) -> list[TrackedFace]:

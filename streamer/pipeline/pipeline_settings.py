@@ -41,6 +41,7 @@ class SwapSettings:
     enhancer: bool = from_flag("enhancer", False)
     swap_enabled: bool = True
     mouth_mask: bool = from_flag("no_mouth_mask", True, convert=operator.not_)
+    occlusion: bool = from_flag("no_occlusion", True, convert=operator.not_)
     # the sender paints frame stamps (streamer/outputs/frame_stamp.py) to measure latency: they come back to
     # it, and the daemon blanks the strip on what others watch (WHEP viewers, /view)
     latency_stamp: bool = False
@@ -57,7 +58,9 @@ def settings_with(settings: SwapSettings, **changes: object) -> SwapSettings:
             raise ValueError(f"unknown setting {key!r}")
         if key in allowed and value not in allowed[key]:
             raise ValueError(f"{key} must be one of {list(allowed[key])}, got {value!r}")
-        if key in ("enhancer", "swap_enabled", "mouth_mask", "latency_stamp") and not isinstance(value, bool):
+        if key in ("enhancer", "swap_enabled", "mouth_mask", "occlusion", "latency_stamp") and not isinstance(
+            value, bool
+        ):
             raise ValueError(f"{key} must be true or false, got {value!r}")
         if key == "reference_distance" and (
             isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 4

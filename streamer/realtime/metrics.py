@@ -104,6 +104,11 @@ class DaemonMetrics:
         self.bus_bytes = Counter(
             "livefuse_bus_bytes", "Bytes of those frame copies", ("direction",), registry=registry
         )
+        self.occluded_faces = Counter(
+            "livefuse_occluded_faces",
+            "Swapped faces with something in front of them (a hand, a microphone): the target kept it there",
+            registry=registry,
+        )
         self.model_info = Gauge(
             "livefuse_model_info",
             "Engine, provider and models in use (value 1)",

@@ -52,8 +52,11 @@ async def test_reference_selects_which_face_is_swapped(models_dir: Path, media_d
         async with aiohttp.ClientSession() as http, http.get(f"{url}/metrics") as response:
             metrics = await response.text()
     # the pipeline's own stages and the mesh engine's reach the stage histogram
-    for stage in ("track", "swap", "warp", "blend"):
+    for stage in ("track", "swap", "warp", "occlusion", "blend"):
         assert f'livefuse_stage_seconds_count{{stage="{stage}"}}' in metrics, stage
+    # the mesh engine's occluded faces are counted (the counter is wired to the engine; these faces
+    # have nothing in front of them, so it may stay at 0)
+    assert "# TYPE livefuse_occluded_faces_total counter" in metrics
     # and every frame's age as it left each stage, so an operator sees where frames wait
     for stage in ("mailbox", "batch", "swap", "encoder"):
         assert f'livefuse_frame_age_seconds_count{{stage="{stage}"}}' in metrics, stage

@@ -138,8 +138,12 @@ SEAM_PAIRS = (
 
 
 # the engine before the rim guard, with the narrow tone band it had (its mean seam ratio: 1.06)
+# the engine before the rim guard (and before the target occlusion mask, which keeps hair at the
+# temples too): the comparison the edge test makes
 NARROW_TONE_NO_GUARD = MeshConfig(
-    source=dataclasses.replace(MeshConfig().source, band_widths=(0.03, 0.045, 0.06)), rim_guard=None
+    source=dataclasses.replace(MeshConfig().source, band_widths=(0.03, 0.045, 0.06)),
+    rim_guard=None,
+    occlusion=None,
 )
 
 
@@ -148,7 +152,10 @@ def test_the_pasted_edge_shows_no_more_than_the_target_around_it(engine: MeshEng
     shadow, hair and background inside the outline: the edge shows no more than the target's own
     gradients, 5 pairs of 6 below them and the sixth 0.7 % above (0.88-1.007, mean 0.94: a smiling
     target's chin shadow along the hull). The engine without the guard and with a narrow tone band
-    reached 1.20, and one feathered alpha is worse than the multi-band blend on every pair."""
+    reached 1.20, and one feathered alpha is worse than the multi-band blend on every pair.
+    With the target occlusion mask (issue 18) two targets keep what is in front of them at the edge, a
+    hair fringe (skimage_astronaut) and a microphone (fr_lin_manuel_miranda): their own texture in the
+    edge band moves those pairs by 0.014-0.015 (mean 0.943 -> 0.951), so the mean's bound is 0.955."""
     engines = {
         "now": engine,
         "narrow tone, no guard": MeshEngine(engine.detector, engine.landmarker, NARROW_TONE_NO_GUARD),
@@ -168,7 +175,7 @@ def test_the_pasted_edge_shows_no_more_than_the_target_around_it(engine: MeshEng
         "\nedge gradient / target's own around it:",
         {k: [round(v, 3) for v in vs] for k, vs in ratios.items()},
     )
-    assert max(ratios["now"]) <= 1.01 and np.mean(ratios["now"]) <= 0.95
+    assert max(ratios["now"]) <= 1.01 and np.mean(ratios["now"]) <= 0.955
     assert sum(ratio <= 1.0 for ratio in ratios["now"]) >= 5
     assert max(ratios["narrow tone, no guard"]) > 1.1
     assert all(now < feathered for now, feathered in zip(ratios["now"], ratios["feather"]))

@@ -26,6 +26,7 @@ CONFIGS: dict[str, tuple[type, ...]] = {
     "camera": PIPELINE,
     "swap": PIPELINE,
     "bench": PIPELINE,
+    "room": (*PIPELINE, DaemonConfig),
 }
 # what each command reads itself, not through a config (the help text names where it goes)
 OWN: dict[str, set[str]] = {
@@ -36,10 +37,11 @@ OWN: dict[str, set[str]] = {
     },
     "swap": {"source", "target", "output", "models_dir", "reference_face"},
     "bench": {
-        "live", "whip", "soak", "gpu", "quick", "output_dir", "seconds", "frames", "streams", "rounds",
+        "live", "whip", "room", "soak", "gpu", "quick", "output_dir", "seconds", "frames", "streams", "rounds",
         "calls", "baseline", "width", "height", "face_size", "media_dir", "output", "models_dir",
         "reference_face", "loss", "cut", "cap_kbps",
     },
+    "room": {"janus", "room", "feed", "display", "room_source", "pin", "secret", "janus_token", "models_dir"},
 }  # fmt: skip
 # DaemonConfig's defaults are the library's (tests, in-process apps); where `serve` chooses otherwise
 SERVE_DEFAULTS_DIFFER = {"rate_limit_per_minute": 60.0}
@@ -66,6 +68,16 @@ def _required(command: str, photo: Path) -> list[str]:
     return {
         "camera": ["--device", str(photo), "--source", str(photo)],
         "swap": ["--source", str(photo), "--target", str(photo), "--output", "out.jpg"],
+        "room": [
+            "--janus",
+            "http://127.0.0.2:8088/janus",
+            "--room",
+            "1",
+            "--feed",
+            "1",
+            "--source",
+            str(photo),
+        ],
     }.get(command, [])
 
 
@@ -142,7 +154,7 @@ def test_absent_flags_build_the_configs_defaults(
         monkeypatch.delenv(variable, raising=False)
     args = _parse(command, photo)
     for config in CONFIGS[command]:
-        differ = SERVE_DEFAULTS_DIFFER if config is DaemonConfig else {}
+        differ = SERVE_DEFAULTS_DIFFER if config is DaemonConfig and command == "serve" else {}
         assert config_from_args(config, args) == config(**differ), config.__name__
 
 

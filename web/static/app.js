@@ -22,7 +22,7 @@ const STATS_INTERVAL_MS = 1000;
 const FAILOVER_AFTER_FAILURES = 2;
 const GONE_STATUSES = [0, 502, 503, 504];
 const SERVER_TIMEOUT_MS = 900; // a stats poll not answered by then counts as a failure
-const SETTING_NAMES = ['engine', 'face_selector', 'enhancer', 'swap_enabled', 'mouth_mask', 'latency_stamp'];
+const SETTING_NAMES = ['engine', 'face_selector', 'enhancer', 'swap_enabled', 'mouth_mask', 'occlusion', 'latency_stamp'];
 
 const $ = (id) => document.getElementById(id);
 const ui = {

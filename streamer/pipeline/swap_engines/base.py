@@ -50,6 +50,7 @@ class SwapOptions:
 
     mouth_mask: bool = True  # keep the target's inner mouth (and eyes for mesh) so speech shows
     enhance: bool = False
+    occlusion: bool = True  # what stands in front of a target face stays in front (mesh engine)
     memory: StreamMemory | None = field(default=None, compare=False)  # None: every frame stands alone
 
 

@@ -14,7 +14,7 @@ Works with the permissive models: any detector with 5 points and the facemesh_46
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
@@ -27,6 +27,7 @@ from gpu_ops.errors import InvalidInputError
 from gpu_ops.masks import blend, fill_polygons
 from gpu_ops.mesh_warp import apply_remap, build_remap
 from gpu_ops.multiband_blend import mask_planes, multiband_blend
+from gpu_ops.occlusion_mask import show_weight
 from gpu_ops.rim_guard import rim_guard
 from gpu_ops.working_resolution import composite_working_resolution, scale_mesh, shrink, working_size
 from models import face_mesh_topology as topology
@@ -42,6 +43,7 @@ from streamer.pipeline.swap_engines.mesh_memory import (
     smooth_lips_weight,
     smooth_shading_ratio,
 )
+from streamer.pipeline.swap_engines.mesh_occlusion import Occlusion, OcclusionThresholds, face_occlusion
 from streamer.pipeline.swap_engines.mesh_source import (
     MeshSource,
     MeshSourceConfig,
@@ -75,6 +77,9 @@ class MeshConfig:
     # (fully below the first); None pastes the whole outline
     rim_guard: tuple[float, float] | None = (0.5, 0.75)
     smoothing: Smoothing | None = field(default_factory=Smoothing)  # None: every frame measured alone
+    # what stands in front of a target face keeps the target's pixels (mesh_occlusion.py); a stream
+    # turns it off with SwapOptions.occlusion
+    occlusion: OcclusionThresholds | None = field(default_factory=OcclusionThresholds)
     # a paste box whose larger side exceeds this is swapped at this size and composited back at full
     # resolution (docs/mesh_engine.md "Working resolution"); None: always at full resolution
     working_px: int | None = 288
@@ -90,10 +95,17 @@ class MeshEngine:
         self.landmarker = landmarker
         self.config = config or MeshConfig()
         self.timer = StageTimer()  # per-face "warp" and "blend" times, read by the bench
+        self.occluded_faces = 0  # faces swapped with something in front of them
+        self._occlusion_listeners: list[Callable[[], None]] = []
+        self.last_occlusion: Occlusion | None = None  # of the last face swapped (tests, the bench)
         if self.config.shading not in SHADING_METHODS:
             raise InvalidInputError(f"unknown shading {self.config.shading!r}; choose from {SHADING_METHODS}")
         if self.config.blend not in BLEND_METHODS:
             raise InvalidInputError(f"unknown blend {self.config.blend!r}; choose from {BLEND_METHODS}")
+
+    def add_occlusion_listener(self, listener: Callable[[], None]) -> None:
+        """Call `listener()` for every face swapped with something in front of it (/metrics)."""
+        self._occlusion_listeners.append(listener)
 
     def source_mesh(self, image: Frame) -> NDArray[np.float32]:
         """The 468-point mesh of the largest face in a photo; NoFaceError when there is none."""
@@ -156,15 +168,22 @@ class MeshEngine:
         local = np.array(mesh, np.float32, copy=True)
         local[:, :2] -= np.array([x1, y1], np.float32)
         working = working_size((x2 - x1, y2 - y1), self.config.working_px)
+        origin = (float(x1), float(y1))
         if working is None or is_device_array(frame):  # the device path has the headroom (docs/gpu.md)
-            self._swap_region(region, local, source, options, track)
+            self._swap_region(region, local, source, options, track, origin, 1.0)
             return box
         started = time.perf_counter()
         small_target = shrink(region, working)
         small = small_target.copy()
         shrunk_at = time.perf_counter()
         alpha = self._swap_region(
-            small, scale_mesh(local, (x2 - x1, y2 - y1), working), source, options, track
+            small,
+            scale_mesh(local, (x2 - x1, y2 - y1), working),
+            source,
+            options,
+            track,
+            origin,
+            working[0] / (x2 - x1),
         )
         swapped_at = time.perf_counter()
         composite_working_resolution(region, small_target, small, alpha)
@@ -178,9 +197,13 @@ class MeshEngine:
         source: MeshSource,
         options: SwapOptions,
         track: TrackMemory | None,
+        origin: tuple[float, float] = (0.0, 0.0),
+        scale: float = 1.0,
     ) -> Any:
         """Swap the face whose mesh (region px) fills `region`, in place; returns the paste alpha (what
-        of the source each pixel shows at the finest band), which the working-resolution composite uses."""
+        of the source each pixel shows at the finest band), which the working-resolution composite uses.
+        `origin` is the region's corner in frame px and `scale` its px per frame px (the occlusion mask
+        follows the face from frame to frame in frame px)."""
         started = time.perf_counter()
         size = (region.shape[1], region.shape[0])
         dst_triangles = mesh[topology.ALL_TRIANGLES, :2]
@@ -204,6 +227,29 @@ class MeshEngine:
             lips = apply_remap(self._pixels(source, "lips_mask", on_device), field_)
             keep *= 1.0 - lips_weight * (lips.astype(np.float32) * np.float32(1.0 / 255.0))
         alpha = warped[..., 3].astype(np.float32) * np.float32(1.0 / 255.0) * keep
+        self.last_occlusion = None
+        if options.occlusion and self.config.occlusion is not None:
+            occlusion_started = time.perf_counter()
+            occlusion = face_occlusion(
+                region,
+                mesh,
+                origin,
+                scale,
+                track.occlusion if track is not None else None,
+                self.config.occlusion,
+            )
+            self.last_occlusion = occlusion
+            if occlusion.occluded:
+                self.occluded_faces += 1
+                for listener in self._occlusion_listeners:
+                    listener()
+            cells = occlusion.mask.shape[1] * occlusion.factor, occlusion.mask.shape[0] * occlusion.factor
+            shown = show_weight(occlusion.mask, cells, occlusion.fade, region)[: size[1], : size[0]]
+            alpha, keep = alpha * shown, keep * shown
+            self.timer.record("occlusion", time.perf_counter() - occlusion_started)
+            if occlusion.fade <= 0.0:
+                return alpha  # covered: the target's own pixels, eyes and lips never drawn on the occluder
+
         if self.config.rim_guard is not None:
             zone = apply_remap(self._pixels(source, "rim_zone", on_device), field_)
             guard = rim_guard(

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpu_ops.backend import get_array_module
+from streamer.pipeline.swap_engines.mesh_occlusion import OcclusionTrack
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +45,7 @@ class TrackMemory:
     grid: tuple[int, int] | None = None  # (gw, gh) of the shading ratio, fixed for the track
     log_ratio: Any = None  # [gh, gw, 3] smoothed log shading ratio (NumPy or CuPy)
     lips_weight: float | None = None
+    occlusion: OcclusionTrack = field(default_factory=OcclusionTrack)
     last_frame: int = 0
 
 

@@ -8,7 +8,9 @@ cheek. So, in the texture crop, before any warp:
 2. Not skin: a colour unlike the skin (fine detail kept: a thin strand counts), or a dark region
    wider than `DARK_REGION` of the face height (creases, pores and nostrils are narrower and stay).
    Below the nose, dark is a beard, a moustache, stubble or the shadows of a smile: part of the
-   identity, kept (there only a colour unlike skin is an occluder). The eyes, brows, lips and nose
+   identity, kept where the mirror side of the face is dark as well (a beard is symmetric); dark with
+   no mirror-side counterpart (a hand, a microphone on one cheek) is an occluder there too, and so is
+   a colour unlike skin. The eyes, brows, lips and nose
    are features with masks of their own, never occluders.
 3. Each occluded pixel is filled from the mirrored point of the face (the mesh's own left-right map)
    when that one is skin and both sides are lit alike there, its tone matched to this side's
@@ -50,6 +52,8 @@ DARK_REGION = 0.03  # dark regions narrower than this are skin texture (creases,
 OCCLUDED = 0.25  # an occluder score above this counts
 EDGE_GROWTH = 0.02  # occluders grow by this much: their anti-aliased rim goes with them
 FACIAL_HAIR_FROM, FACIAL_HAIR_RAMP = 0.02, 0.03  # above the nose's base: where a moustache may start
+BEARD_REACH = 0.06  # one-sided dark: the mirror side is bare skin this far around the mirrored point
+BARE_SKIN = (0.6, 0.9)  # skin score (colour x brightness) of bare skin: from .. to
 FILL_TONE_SIGMA = 0.12  # the scale at which a mirrored fill takes this side's tone
 FILL_GAIN_LIMITS = (0.5, 2.0)
 SIDES_ALIKE = (float(np.log(1.25)), float(np.log(1.5)))  # |log tone gain| between the sides: alike .. not
@@ -127,6 +131,8 @@ def fill_occluders(
     face_height: float,
     thresholds: SkinThresholds,
     fill: OccluderFill = "mirror",
+    *,
+    beard_symmetry: bool = True,
 ) -> SkinFill:
     """Find what is not skin in the face texture and fill it (see module docstring)."""
     size = (texture.shape[1], texture.shape[0])
@@ -137,19 +143,32 @@ def fill_occluders(
     rows = np.arange(size[1], dtype=np.float32)[:, None]
     start = float(mesh[topology.NOSE_BASE_MIDDLE, 1]) - FACIAL_HAIR_FROM * face_height
     facial_hair = smoothstep((rows - start) / (FACIAL_HAIR_RAMP * face_height))
-    dark = scores.chroma * (1.0 - scores.luma) * (1.0 - facial_hair)  # skin-coloured but far darker
+    dark = scores.chroma * (1.0 - scores.luma)  # skin-coloured but far darker
+    map_x, map_y = mirror_field(mesh, size)
+    # below the nose dark is a beard unless the mirror side is bare, lit skin all around: a beard is
+    # symmetric, a hand or a microphone on one cheek is not (a beard's two sides differ in shade and
+    # outline, so anything but clear skin near the mirrored point keeps the dark as identity)
+    bare = (scores.chroma * scores.luma).astype(np.float32)
+    mirrored_bare = cv2.remap(bare, map_x, map_y, cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT)
+    mirrored_bare = cv2.erode(mirrored_bare, disc(BEARD_REACH * face_height))
+    one_sided = dark * smoothstep((mirrored_bare - BARE_SKIN[0]) / (BARE_SKIN[1] - BARE_SKIN[0]))
+    one_sided = one_sided * facial_hair * np.float32(beard_symmetry)
+    dark = dark * (1.0 - facial_hair)
     protected = feather_outside_cpu(features, FEATURE_MARGIN * face_height, FEATURE_FEATHER * face_height)
     sockets = feather_outside_cpu(features, SOCKET_MARGIN * face_height, FEATURE_FEATHER * face_height)
     unlike_skin = _grown((1.0 - scores.chroma) * (1.0 - protected), face_height)
     dark_regions = cv2.morphologyEx(dark, cv2.MORPH_OPEN, disc(DARK_REGION * face_height))
-    darkness = _grown(dark_regions * (1.0 - sockets), face_height)
+    # (not beside the features: the shade of a smile's folds differs from side to side in a side light)
+    one_sided = np.asarray(
+        cv2.morphologyEx(one_sided, cv2.MORPH_OPEN, disc(DARK_REGION * face_height)), np.float32
+    )
+    darkness = _grown(np.maximum(dark_regions, one_sided) * (1.0 - sockets), face_height)
     occluded = np.maximum(unlike_skin, darkness) * (1.0 - protected)
     keep = (1.0 - occluded).astype(np.float32)
     inside = (face_region > 0).astype(np.float32)
     pixels = texture.astype(np.float32)
     from_mirror = np.zeros_like(keep)
     if fill == "mirror":
-        map_x, map_y = mirror_field(mesh, size)
 
         def mirrored(image: NDArray[np.float32]) -> NDArray[np.float32]:
             remapped = cv2.remap(image, map_x, map_y, cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT)
@@ -181,10 +200,13 @@ def fill_occluders(
     )
 
 
-def feature_region(mesh: Points, size: tuple[int, int], extra: list[Points]) -> BinaryMask:
+def feature_region(
+    mesh: Points, size: tuple[int, int], extra: list[Points], *, with_nose: bool = True
+) -> BinaryMask:
     """Eyebrows and the nose (convex hulls) with the caller's feature outlines (eyes, lips, mouth)."""
+    parts = (topology.RIGHT_EYEBROW, topology.LEFT_EYEBROW) + ((topology.NOSE,) if with_nose else ())
     hulls: list[Points] = [
         np.asarray(cv2.convexHull(mesh[list(points), :2].astype(np.float32)), np.float32).reshape(-1, 2)
-        for points in (topology.RIGHT_EYEBROW, topology.LEFT_EYEBROW, topology.NOSE)
+        for points in parts
     ]
     return fill_polygons_cpu(size, hulls + extra)

@@ -54,6 +54,7 @@ class MeshSourceConfig:
     skin_mask: bool = True  # what is not the face's skin is filled or left to the target (mesh_skin.py)
     skin: SkinThresholds = field(default_factory=SkinThresholds)
     occluder_fill: OccluderFill = "mirror"
+    beard_symmetry: bool = True  # below the nose, dark without a mirror-side counterpart is an occluder
     # the multi-band blend's coarser levels (1, 2, 3) fade in from the face's outline over these widths:
     # at the cheeks and jaw the finer bands narrow (their stubble, beard and creases are identity: a
     # wider level 1 cost the identity check 3 pairs) and the coarsest, the tone, wide (0.06 -> 0.12
@@ -230,7 +231,14 @@ def build_masks(texture: NDArray[np.uint8], mesh: Points, config: MeshSourceConf
     if config.skin_mask:
         features = feature_region(mesh, size, eye_outlines + mouth_outlines + [loop(topology.LIPS_OUTER)])
         skin = fill_occluders(
-            texture, mesh, features, face_region, face_height, config.skin, config.occluder_fill
+            texture,
+            mesh,
+            features,
+            face_region,
+            face_height,
+            config.skin,
+            config.occluder_fill,
+            beard_symmetry=config.beard_symmetry,
         )
         texture = skin.texture
     outline_alpha = face_alpha

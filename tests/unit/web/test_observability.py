@@ -35,7 +35,12 @@ async def test_metrics_is_prometheus_text_with_model_info(client: TestClient) ->
     text = await response.text()
     assert "# TYPE livefuse_active_sessions gauge\nlivefuse_active_sessions 0.0\n" in text
     assert 'livefuse_model_info{key="engines",value="fake"} 1.0' in text
-    for family in ("livefuse_frames_in_total", "livefuse_stage_seconds", "livefuse_e2e_latency_seconds"):
+    for family in (
+        "livefuse_frames_in_total",
+        "livefuse_stage_seconds",
+        "livefuse_e2e_latency_seconds",
+        "livefuse_occluded_faces_total",
+    ):
         assert f"# TYPE {family}" in text
 
 

@@ -118,6 +118,10 @@ async def test_settings_patch_validates_and_returns_all_settings(client: TestCli
     assert settings["enhancer"] is True and settings["swap_enabled"] is False and "mouth_mask" in settings
     assert (await client.patch(url, json={"colour": "red"})).status == 400
     assert (await client.patch(url, json={"enhancer": "yes"})).status == 400
+    assert settings["occlusion"] is True  # on by default
+    response = await client.patch(url, json={"occlusion": False})
+    assert response.status == 200 and (await response.json())["occlusion"] is False
+    assert (await client.patch(url, json={"occlusion": "off"})).status == 400
     assert (await client.patch(url, data=b"not json")).status == 400
     stats = await (await client.get(f"/api/sessions/{session_id}")).json()
     assert stats["settings"]["enhancer"] is True

@@ -5,6 +5,7 @@ changes, target eyes and inner mouth stay, lips kept for a much wider mouth, tur
 mirrored or refused, missing faces are errors for the source and pass-through for the target.
 """
 
+import dataclasses
 from pathlib import Path
 
 import cv2
@@ -94,8 +95,17 @@ class FakeLandmarker:
 
 
 def make_engine(
-    source_mesh: NDArray[np.float32], config: MeshConfig | None = None, presence: float = 1.0
+    source_mesh: NDArray[np.float32],
+    config: MeshConfig | None = None,
+    presence: float = 1.0,
+    occlusion: bool = False,
 ) -> MeshEngine:
+    """The engine on the painted faces. Their random triangles are no skin, so the target occlusion mask
+    (checked on real photos: tests/integration/test_mesh_target_occlusion.py) would call every painted
+    target covered; it is off unless asked for."""
+    config = config or MeshConfig()
+    if not occlusion:
+        config = dataclasses.replace(config, occlusion=None)
     return MeshEngine(FakeDetector([source_mesh]), FakeLandmarker([source_mesh], presence), config)  # type: ignore[arg-type]
 
 
@@ -112,6 +122,25 @@ def source_mesh() -> NDArray[np.float32]:
 @pytest.fixture
 def source_image(source_mesh: NDArray[np.float32]) -> Frame:
     return painted_face((320, 320), source_mesh, seed=1)
+
+
+def test_a_target_covered_all_over_keeps_its_own_pixels(
+    source_mesh: NDArray[np.float32], source_image: Frame
+) -> None:
+    """A face whose oval is all unlike skin (the painted triangles: as if a hand covered it) is not
+    swapped at all with occlusion on, so no eyes or lips are drawn on what covers it; off, it is."""
+    engine = make_engine(source_mesh, occlusion=True)
+    heard: list[None] = []
+    engine.add_occlusion_listener(lambda: heard.append(None))  # /metrics counts through this
+    source = engine.prepare_source(source_image)
+    target_mesh = place(FRONTAL_MESH, (300, 230), 180)
+    frame = painted_face((640, 480), target_mesh, seed=2)
+    swapped = engine.swap(frame, [tracked(target_mesh)], source, SwapOptions())
+    assert engine.last_occlusion is not None and engine.last_occlusion.cover > 0.65
+    assert engine.last_occlusion.fade == 0.0 and np.array_equal(swapped, frame)
+    assert engine.occluded_faces == 1 and len(heard) == 1
+    pasted = engine.swap(frame, [tracked(target_mesh)], source, SwapOptions(occlusion=False))
+    assert not np.array_equal(pasted, frame)
 
 
 def test_only_pixels_inside_the_paste_box_change(

@@ -1,0 +1,108 @@
+"""Region steps of the target occlusion mask (mesh_occlusion.py), at its working size: the face's mirror
+image row by row, crisp regions without specks, and how an occluder found outside a feature takes the
+feature along where it runs across it or onto it. Host arrays (NumPy, OpenCV)."""
+
+import cv2
+import numpy as np
+from numpy.typing import NDArray
+
+from gpu_ops.masks import Mask
+from streamer.pipeline.swap_engines.mesh_skin import disc
+
+Points = NDArray[np.float32]
+
+MIN_OCCLUDER = 0.07  # an occluder covers at least this squared (a strand of hair, not a pore or a crease)
+REACH = 0.1  # an occluder ending on a feature covers it this far...
+BRIDGE = 0.25  # ...and its parts on both sides of a feature this wide join across it
+
+
+# the face's midline, forehead to chin (the mesh's own vertices on the symmetry plane)
+MIDLINE = (
+    10,
+    151,
+    9,
+    8,
+    168,
+    6,
+    197,
+    195,
+    5,
+    4,
+    1,
+    19,
+    94,
+    2,
+    164,
+    0,
+    11,
+    12,
+    13,
+    14,
+    15,
+    16,
+    17,
+    18,
+    200,
+    199,
+    175,
+    152,
+)
+
+
+def mirror_rows(points: Points, oval: NDArray[np.bool_]) -> tuple[NDArray[np.float32], NDArray[np.float32]]:
+    """A remap taking each pixel to its mirror image across the face's midline, row by row: the
+    midline's x at that row, each side scaled to the other's width there (a turned face's far side is
+    narrower). Cheaper than the mesh's triangle-wise mirror and as good for dark regions of some size."""
+    height, width = oval.shape
+    rows = np.arange(height, dtype=np.float32)
+    line = points[list(MIDLINE)]
+    order = np.argsort(line[:, 1])
+    middle = np.interp(rows, line[order, 1], line[order, 0]).astype(np.float32)
+    any_inside = oval.any(axis=1)
+    left = np.where(any_inside, oval.argmax(axis=1), 0).astype(np.float32)
+    right = np.where(any_inside, width - 1 - oval[:, ::-1].argmax(axis=1), width - 1).astype(np.float32)
+    left_half = np.maximum(middle - left, 1.0)[:, None]
+    right_half = np.maximum(right - middle, 1.0)[:, None]
+    columns = np.arange(width, dtype=np.float32)[None, :]
+    offset = columns - middle[:, None]
+    map_x = np.where(
+        offset < 0,
+        middle[:, None] - offset * (right_half / left_half),
+        middle[:, None] - offset * (left_half / right_half),
+    )
+    map_y = np.broadcast_to(rows[:, None], (height, width))
+    return np.ascontiguousarray(map_x, np.float32), np.ascontiguousarray(map_y, np.float32)
+
+
+def regions(score: NDArray[np.float32], threshold: NDArray[np.float32], face_height: float) -> Mask:
+    """Connected regions of `score` above `threshold` of at least MIN_OCCLUDER squared, as 0/1 float32."""
+    crisp = (score > threshold).astype(np.uint8)
+    count, labels, stats, _ = cv2.connectedComponentsWithStats(crisp, connectivity=8)
+    if count <= 1:
+        return np.zeros(score.shape, np.float32)
+    large = stats[:, cv2.CC_STAT_AREA] >= (MIN_OCCLUDER * face_height) ** 2
+    large[0] = False
+    return large[labels].astype(np.float32)
+
+
+def bridged(found: Mask, candidates: NDArray[np.bool_], face_height: float) -> Mask:
+    """The `candidates` pixels (occluder-like inside a feature) in the gaps of `found` that a closing of
+    BRIDGE of the face height fills, or within REACH of it: where an occluder runs across a feature or
+    ends on it, not along it (a bar across an eye covers the brow above it, not the whole brow)."""
+    if not candidates.any() or not found.any():
+        return np.zeros(found.shape, np.float32)
+    closed = cv2.morphologyEx(found, cv2.MORPH_CLOSE, disc(BRIDGE * face_height))
+    near = cv2.dilate(found, disc(2.0 * REACH * face_height))
+    return (((closed > 0.5) | (near > 0.5)) & candidates & (found <= 0)).astype(np.float32)
+
+
+def joined(found: Mask, candidates: NDArray[np.bool_]) -> Mask:
+    """The `candidates` pixels connected (through candidates and found) to a `found` region, as 0/1."""
+    if not candidates.any() or not found.any():
+        return np.zeros(found.shape, np.float32)
+    union = ((found > 0) | candidates).astype(np.uint8)
+    _, labels = cv2.connectedComponents(union, connectivity=8)
+    reached = np.zeros(int(labels.max()) + 1, bool)
+    reached[labels[found > 0]] = True
+    reached[0] = False
+    return (reached[labels] & candidates & (found <= 0)).astype(np.float32)

@@ -1,0 +1,121 @@
+"""Issue 18: what stands in front of a target face stays in front (a microphone, a phone, a cup), in still
+swaps and through the live pipeline with an occluder sliding across a moving face; the rest of the face is
+still swapped. Each check also swaps with the occlusion switch off and shows that the
+occluder is painted over there (-s prints the numbers)."""
+
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+from numpy.typing import NDArray
+
+from bench.clients.frames import SOURCE_PHOTO, TARGET_PHOTO, panning_face_frames
+from bench.clients.occluders import cup, microphone, phone
+from gpu_ops.masks import fill_polygons_cpu
+from models import face_mesh_topology as topology
+from models.face import Frame
+from streamer.pipeline.frame_pipeline import FrameJob, FramePipeline
+from streamer.pipeline.image_input import read_image_file
+from streamer.pipeline.pipeline_settings import PipelineConfig, SwapSettings
+from streamer.pipeline.swap_engines.base import SwapOptions
+from streamer.pipeline.swap_engines.mesh import MeshEngine
+from tests.integration.test_mesh_quality import faces_of, load
+
+OCCLUDER_LEVELS = 12.0  # mean absolute change of the occluder's pixels, per channel
+REST_SHARE = 0.6  # of the change the rest of the face gets without the occluder
+TARGETS = ("fr_obama.jpg", "skimage_astronaut.png", "fr_biden.jpg")
+
+
+def oval(mesh: NDArray[np.float32], shape: tuple[int, ...]) -> NDArray[np.bool_]:
+    return fill_polygons_cpu((shape[1], shape[0]), [mesh[list(topology.FACE_OVAL), :2]]) > 0
+
+
+def change(after: Frame, before: Frame, where: NDArray[np.bool_]) -> float:
+    return float(np.abs(after.astype(np.float64) - before)[where].mean())
+
+
+def rest_of_face(face: NDArray[np.bool_], occluder: NDArray[np.bool_], shape: tuple[int, ...]) -> NDArray[np.bool_]:  # fmt: skip
+    """The face away from the occluder (its grown, softened rim excluded)."""
+    reach = max(3, round(0.04 * np.sqrt(face.sum())) | 1)
+    grown = cv2.dilate(occluder.astype(np.uint8), np.ones((reach, reach), np.uint8)) > 0
+    return face & ~grown
+
+
+@pytest.mark.parametrize("target_name", TARGETS)
+@pytest.mark.parametrize("painter", [microphone, phone, cup], ids=["microphone", "phone", "cup"])
+def test_an_occluder_in_front_of_the_target_stays_and_the_rest_is_swapped(
+    engine: MeshEngine, media_dir: Path, target_name: str, painter: object
+) -> None:
+    target = load(media_dir, target_name)
+    face = faces_of(engine, target)[0]
+    assert face.mesh is not None
+    source = engine.prepare_source(load(media_dir, SOURCE_PHOTO))
+    painted = painter(target, face.mesh)  # type: ignore[operator]
+    inside = oval(face.mesh, target.shape)
+    occluder = (painted != target).any(axis=2) & inside
+    rest = rest_of_face(inside, occluder, target.shape)
+    assert occluder.sum() > 0.03 * inside.sum() and rest.sum() > 0.4 * inside.sum()
+    clean = engine.swap(target, [face], source, SwapOptions())
+    swapped = engine.swap(painted, [face], source, SwapOptions())
+    pasted_over = engine.swap(painted, [face], source, SwapOptions(occlusion=False))
+    on_occluder, off_occluder = change(swapped, painted, occluder), change(pasted_over, painted, occluder)
+    share = change(swapped, painted, rest) / change(clean, target, rest)
+    print(f"\n{target_name} {painter.__name__}: occluder {on_occluder:.1f} levels (off {off_occluder:.1f}), rest {share:.2f}")  # type: ignore[attr-defined]  # fmt: skip
+    assert on_occluder <= OCCLUDER_LEVELS
+    assert share >= REST_SHARE
+    assert off_occluder > 2 * OCCLUDER_LEVELS  # without the mask the source is drawn across it
+
+
+def sliding_bar(frame: Frame, mesh: NDArray[np.float32], step: int, steps: int) -> Frame:
+    """A dark bar (a phone's edge, a microphone's handle) a quarter of the face wide, sliding from
+    past the face's left edge to past its right edge over `steps` frames."""
+    height = float(np.linalg.norm(mesh[10, :2] - mesh[152, :2]))
+    left, right = float(mesh[:, 0].min()), float(mesh[:, 0].max())
+    width = 0.25 * height
+    x = left - width + (right - left + width) * step / max(steps - 1, 1)
+    painted = frame.copy()
+    top = int(mesh[10, 1] + 0.25 * height)
+    cv2.rectangle(painted, (int(x), top), (int(x + width), int(top + 0.9 * height)), (30, 32, 38), -1)
+    return painted
+
+
+def test_a_sliding_occluder_through_the_live_pipeline(models_dir: Path, media_dir: Path) -> None:
+    """60 panning frames through FramePipeline (tracker, stream memory): the bar's pixels within 12
+    levels, the rest of the face at least 60 % as changed as the same frames without the bar, and the
+    mask steady (its cover changes from frame to frame as the bar's does)."""
+    pipeline = FramePipeline.load(
+        models_dir, PipelineConfig(execution_provider="cpu", engine="mesh", intra_op_threads=1)
+    )
+    engine = pipeline.engines["mesh"]
+    assert isinstance(engine, MeshEngine)
+    settings = SwapSettings(engine="mesh")
+    source = pipeline.prepare_source(read_image_file(media_dir / SOURCE_PHOTO), settings)
+    frames = panning_face_frames(read_image_file(media_dir / TARGET_PHOTO), 640, 480, 60)
+    clean_stream, occluded_stream = pipeline.new_stream(), pipeline.new_stream()
+    on_bar, shares, covers, bar_covers = [], [], [], []
+    for step, frame in enumerate(frames):
+        mesh = faces_of(engine, frame)[0].mesh
+        assert mesh is not None
+        painted = sliding_bar(frame, mesh, step, len(frames))
+        clean = pipeline.process(FrameJob(frame, clean_stream, source, settings))
+        swapped = pipeline.process(FrameJob(painted, occluded_stream, source, settings))
+        assert engine.last_occlusion is not None
+        covers.append(engine.last_occlusion.cover)
+        inside = oval(mesh, frame.shape)
+        bar = (painted != frame).any(axis=2) & inside
+        rest = rest_of_face(inside, bar, frame.shape)
+        bar_covers.append(bar.sum() / inside.sum())
+        shares.append(change(swapped, painted, rest) / change(clean, frame, rest))
+        if bar.sum() > 0.02 * inside.sum():
+            on_bar.append(change(swapped, painted, bar))
+    print(
+        f"\nbar: levels {np.round(on_bar, 1)}; rest shares {np.round(shares, 2)}; covers {np.round(covers, 2)}"
+    )
+    assert len(on_bar) >= 30 and max(on_bar) <= OCCLUDER_LEVELS
+    assert min(shares) >= REST_SHARE
+    # frame to frame the mask changes as the bar does (it enters, crosses the features, leaves), no more
+    excess = np.abs(np.diff(covers) - np.diff(bar_covers))
+    print(f"mask cover change beyond the bar's: mean {excess.mean():.3f}, max {excess.max():.3f}")
+    # (a feature the bar reaches, an eye or the nose, joins in one frame: measured 0.10-0.11 at most)
+    assert excess.mean() <= 0.03 and excess.max() <= 0.15
