@@ -2,7 +2,9 @@
 """livefuse entry point: argument parsing, logging set-up, dispatch. Nothing else lives here.
 
 Each subcommand's work is a `run(args) -> int` function in its own package; this file is the only place
-that turns LivefuseError into a one-line message and an exit code.
+that turns LivefuseError into a one-line message and an exit code. It is over 400 lines because every
+flag of every subcommand is defined here, each with its help: one parser that `--help`, the docs and
+tests/unit/test_run_stream.py (every flag reaches what it sets) all read.
 """
 
 import argparse
@@ -178,6 +180,12 @@ def add_network_options(parser: argparse.ArgumentParser) -> None:
         help="this daemon's external base URL: Location headers point there, so a call's later requests "
         "reach this daemon behind a proxy (else $LIVEFUSE_PUBLIC_URL)",
     )
+    parser.add_argument(
+        "--trusted-proxies",
+        metavar="CIDR[,CIDR]",
+        help="proxies whose X-Forwarded-For / Forwarded headers name the client for the rate limit and "
+        "the audit log; from any other peer those headers are ignored (else $LIVEFUSE_TRUSTED_PROXIES)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -322,6 +330,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--baseline",
         help="with --live: a git revision whose daemon runs in alternating rounds with this one (A/B)",
     )
+    bench.add_argument("--loss", type=float, default=0.0, help="with --live: drop this share of datagrams")
+    bench.add_argument("--cut", type=float, default=0.0, help="with --live: cut the path for this long (s)")
+    bench.add_argument("--cap-kbps", type=float, default=None, help="with --live: bandwidth cap each way")
     bench.add_argument("--width", type=int, default=640, help="frame width (px)")
     bench.add_argument("--height", type=int, default=480, help="frame height (px)")
     bench.add_argument(

@@ -140,6 +140,12 @@ def measure_batching(
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.live and (
+        getattr(args, "loss", 0.0) or getattr(args, "cut", 0.0) or getattr(args, "cap_kbps", None)
+    ):
+        from bench.network_bench import run_network
+
+        return run_network(args)
     if args.live:
         from bench.live_bench import run_live
 

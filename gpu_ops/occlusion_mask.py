@@ -47,7 +47,7 @@ def cell_average_cpu(image: NDArray[np.uint8], factor: int) -> NDArray[np.uint8]
         return image
     height, width = image.shape[:2]
     rows, columns = -(-height // factor) * factor, -(-width // factor) * factor
-    padded = image
+    padded: NDArray[Any] = image
     if rows != height or columns != width:
         padded = np.asarray(
             cv2.copyMakeBorder(image, 0, rows - height, 0, columns - width, cv2.BORDER_REPLICATE), np.uint8

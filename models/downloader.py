@@ -4,7 +4,9 @@ Bytes go to `<file>.part`; an interrupted download resumes from it with an HTTP 
 that ignores Range is detected by its 200 and the file restarts from zero). The sha256 is computed while
 writing, so a 554 MB file is read once. Only a file whose size and hash check out is renamed (atomically)
 to its final name; a complete body with the wrong hash is deleted, a cut-off one is kept for resume.
-A stalled server fails after `stall_timeout_s` without data; every URL of the spec is tried in turn.
+A stalled server fails after `stall_timeout_s` without data; a failed attempt that may succeed again is
+retried on the same URL after an exponential backoff (1 s, 2 s, 4 s ... up to `backoff_max_s`: a server
+that just dropped us is not hit again at once), then every other URL of the spec is tried in turn.
 """
 
 import asyncio
@@ -14,7 +16,7 @@ import os
 import re
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
@@ -37,6 +39,12 @@ class DownloadConfig:
     stall_timeout_s: float = 30.0  # no bytes for this long: give this attempt up
     attempts_per_url: int = 3  # an attempt cut off midway resumes in the next one
     chunk_bytes: int = 1 << 16
+    backoff_s: float = 1.0  # wait before the 2nd attempt on a URL; doubled before each further one
+    backoff_max_s: float = 30.0
+
+    def backoff_before(self, attempt: int) -> float:
+        """Seconds to wait before attempt `attempt` (2, 3, ...) on the same URL."""
+        return min(self.backoff_max_s, self.backoff_s * 2.0 ** (attempt - 2))
 
 
 DEFAULT_DOWNLOAD_CONFIG = DownloadConfig()
@@ -262,10 +270,12 @@ async def download_file(
     expected_size: int | None = None,
     config: DownloadConfig = DEFAULT_DOWNLOAD_CONFIG,
     progress: ProgressBar | None = None,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
 ) -> DownloadResult:
     """Download to `destination` via its .part, trying each URL in turn; ModelDownloadError if none works.
 
-    With `expected_sha256=None` any complete body is accepted (the caller pins what arrived).
+    With `expected_sha256=None` any complete body is accepted (the caller pins what arrived). `sleep`
+    waits out the backoff between attempts (tests pass one that records instead of waiting).
     """
     if not urls:
         raise ModelDownloadError(f"no download URL for {destination.name}; copy the file to {destination}")
@@ -281,6 +291,8 @@ async def download_file(
     async with aiohttp.ClientSession(timeout=timeout) as session:
         for url in urls:
             for attempt in range(1, config.attempts_per_url + 1):
+                if attempt > 1:
+                    await sleep(config.backoff_before(attempt))
                 try:
                     body = await _fetch_body(session, url, part, expected_size, config, progress)
                 except _AttemptFailed as error:

@@ -118,7 +118,7 @@ def decode_palms(
     order = order[scores[order] >= score_threshold]
     kept: list[FloatArray] = []
     while len(order):
-        overlaps = _iou(decoded[order[0], 0:4], decoded[order, 0:4])
+        overlaps = _iou(decoded[order[0], 0:4].astype(np.float32), decoded[order, 0:4].astype(np.float32))
         group = order[overlaps > NMS_IOU]
         weights = scores[group][:, None]
         merged = (decoded[group] * weights).sum(axis=0) / weights.sum()

@@ -1,7 +1,8 @@
 """A pipeline look-alike for daemon tests: same surface as `streamer.pipeline.frame_pipeline.FramePipeline`,
 no models. A "swap" paints the source's colour (derived from its pixels' sha256) into a fixed face box,
 so tests can tell exactly which source each session's frames were swapped to, and `delay_s` makes it
-as slow as a test needs (overload, /health under load).
+as slow as a test needs (overload, /health under load); `hold` keeps a batch in the worker until the
+test releases it, for tests that must know a batch is in flight without timing it.
 """
 
 import hashlib
@@ -86,6 +87,7 @@ class FakePipeline:
     delay_s: float = 0.0
     fail_batches: bool = False
     unavailable: dict[str, str] = field(default_factory=dict)  # engine/feature -> reason (capabilities)
+    hold: threading.Event | None = None  # when given, every batch waits in the worker until it is set
     calling_threads: set[str] = field(default_factory=set)
     batch_sizes: list[int] = field(default_factory=list)
 
@@ -111,6 +113,8 @@ class FakePipeline:
     def process_batch(self, jobs: Sequence[FakeFrameJob]) -> list[Frame | None]:
         self._record_thread()
         self.batch_sizes.append(len(jobs))
+        if self.hold is not None:
+            assert self.hold.wait(timeout=10.0), "the test never released the held batch"
         if self.delay_s:
             time.sleep(self.delay_s)
         if self.fail_batches:

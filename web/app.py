@@ -14,6 +14,7 @@ from streamer.transport.process_patches import TransportPatches
 from web import capabilities, ice_servers, observability, rooms_api, signaling, viewer, whep, whip
 from web.app_keys import CONFIG_KEY, ENGINE_KEY, METRICS_KEY
 from web.auth import access_middlewares
+from web.client_address import client_address_middleware
 from web.daemon_config import DaemonConfig
 from web.engine import DaemonEngine, LoadBinding
 from web.limits import idle_reaper_context, json_errors, request_limits
@@ -45,8 +46,16 @@ def create_app(config: DaemonConfig, load_binding: LoadBinding) -> web.Applicati
                 await engine.close()
 
     app.cleanup_ctx.append(engine_context)
+    # the client's address behind trusted proxies (web/client_address.py), first, so all below see it;
     # hardening: CORS, token, audit (web/auth.py); JSON errors, body/SDP/rate limits, idle reaper (web/limits.py)
-    app.middlewares.extend([*access_middlewares(config), json_errors, request_limits(config)])
+    app.middlewares.extend(
+        [
+            client_address_middleware(config.trusted_proxies),
+            *access_middlewares(config),
+            json_errors,
+            request_limits(config),
+        ]
+    )
     app.cleanup_ctx.append(idle_reaper_context)
     observability.add_routes(app)
     signaling.add_routes(app)

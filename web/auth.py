@@ -28,6 +28,7 @@ from aiohttp.web_urldispatcher import StaticResource
 from gpu_ops.errors import InvalidInputError
 from streamer.outputs.provenance import audit_record, log_audit
 from web.app_keys import ENGINE_KEY
+from web.client_address import client_address
 from web.daemon_config import DaemonConfig
 from web.responses import error_response
 
@@ -118,9 +119,9 @@ def auth_middleware(policy: AccessPolicy) -> Middleware:
                 "refused %s %s from %s: %s",
                 request.method,
                 request.path,
-                request.remote,
+                client_address(request),
                 "wrong token" if presented else "no token",
-                extra={"event": "auth_refused", "remote": request.remote},
+                extra={"event": "auth_refused", "remote": client_address(request)},
             )
         return _unauthorized("this daemon needs a bearer token (Authorization: Bearer <token>)")
 
@@ -181,7 +182,7 @@ def audit_middleware(lookup: SessionLookup) -> Middleware:
                 action,  # type: ignore[arg-type]
                 session_id,
                 token_id=request.get(TOKEN_ID_KEY),
-                remote=request.remote,
+                remote=client_address(request),
                 source_sha256=sha256 if action == "source_set" else None,
                 engine=engine,
             )

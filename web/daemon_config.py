@@ -15,7 +15,14 @@ from streamer.pipeline.config_args import from_args, from_flag
 from streamer.realtime.micro_batcher import BatchPolicy
 from streamer.transport.ice_host_candidates import PortRange
 from streamer.transport.ice_servers import IceServerPlan
-from web.network_config import read_ice_port_range, read_ice_servers, read_public_address, read_public_url
+from web.client_address import TrustedProxies
+from web.network_config import (
+    read_ice_port_range,
+    read_ice_servers,
+    read_public_address,
+    read_public_url,
+    read_trusted_proxies,
+)
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 TOKEN_ENV = "LIVEFUSE_TOKEN"
@@ -114,6 +121,10 @@ class DaemonConfig:
     public_address: str | None = from_args(read_public_address, "public_address", default=None)
     # --public-url: absolute base of Location headers; None: paths
     public_url: str | None = from_args(read_public_url, "public_url", default=None)
+    # --trusted-proxies: whose X-Forwarded-For / Forwarded name the client (web/client_address.py)
+    trusted_proxies: TrustedProxies = from_args(
+        read_trusted_proxies, "trusted_proxies", default_factory=TrustedProxies
+    )
 
     def location(self, path: str) -> str:
         """A `Location` for `path` (/api/sessions/ID, /whip/ID...): under --public-url when set, so a

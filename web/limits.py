@@ -22,6 +22,7 @@ from aiohttp.typedefs import Handler, Middleware
 from gpu_ops.errors import InvalidInputError
 from streamer.realtime.idle_reaper import FIRST_FRAME_TIMEOUT_S, IdleReaper, WatchedSession
 from web.app_keys import CONFIG_KEY, ENGINE_KEY
+from web.client_address import client_address
 from web.daemon_config import DaemonConfig
 from web.responses import SDP_CONTENT_TYPE, error_response
 
@@ -136,7 +137,7 @@ def request_limits(config: DaemonConfig) -> Middleware:
             return await handler(request)  # unknown route or method: answered by the router
         kind = classify(request, config.max_upload_bytes)
         if kind.creates_session and limiter is not None:
-            wait_s = limiter.acquire(request.remote or "unknown")
+            wait_s = limiter.acquire(client_address(request) or "unknown")
             if wait_s > 0:
                 return error_response(
                     429, "too many new sessions from this address", **{"Retry-After": str(int(wait_s) + 1)}

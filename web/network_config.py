@@ -11,6 +11,7 @@ code 2) naming the fix.
 | `--ice-port-range MIN-MAX` | LIVEFUSE_ICE_PORT_RANGE |
 | `--public-address IP` | LIVEFUSE_PUBLIC_ADDRESS |
 | `--public-url URL` | LIVEFUSE_PUBLIC_URL |
+| `--trusted-proxies CIDR[,CIDR]` | LIVEFUSE_TRUSTED_PROXIES |
 """
 
 import argparse
@@ -21,6 +22,7 @@ import urllib.parse
 from gpu_ops.errors import InvalidInputError
 from streamer.transport.ice_host_candidates import PortRange, check_public_address
 from streamer.transport.ice_servers import DEFAULT_TURN_TTL_S, IceServerPlan, parse_ice_server_urls
+from web.client_address import TrustedProxies, parse_trusted_proxies
 
 logger = logging.getLogger(__name__)
 
@@ -30,6 +32,7 @@ TURN_TTL_ENV = "LIVEFUSE_TURN_TTL"
 ICE_PORT_RANGE_ENV = "LIVEFUSE_ICE_PORT_RANGE"
 PUBLIC_ADDRESS_ENV = "LIVEFUSE_PUBLIC_ADDRESS"
 PUBLIC_URL_ENV = "LIVEFUSE_PUBLIC_URL"
+TRUSTED_PROXIES_ENV = "LIVEFUSE_TRUSTED_PROXIES"
 
 
 def _setting(args: argparse.Namespace, name: str, variable: str) -> str | None:
@@ -104,3 +107,9 @@ def read_public_address(args: argparse.Namespace) -> str | None:
 def read_public_url(args: argparse.Namespace) -> str | None:
     text = _setting(args, "public_url", PUBLIC_URL_ENV)
     return check_public_url(text) if text is not None else None
+
+
+def read_trusted_proxies(args: argparse.Namespace) -> TrustedProxies | None:
+    """DaemonConfig.trusted_proxies: whose X-Forwarded-For / Forwarded headers name the client."""
+    text = _setting(args, "trusted_proxies", TRUSTED_PROXIES_ENV)
+    return TrustedProxies(parse_trusted_proxies(text)) if text is not None else None

@@ -1,5 +1,5 @@
 """The set-up every loopback client of the daemon shares (the peer client, the WHIP publisher, the WHEP
-viewer): ICE on 127.0.0.1 only, the jitter-buffer fix, one HTTP session with the token, one peer
+viewer): ICE on 127.0.0.1 only, the jitter-buffer and loss-recovery fixes, one HTTP session with the token, one peer
 connection (its ICE servers given by the caller), readers for the tracks that come back, Location
 headers resolved against the base URL, and a close that ends the daemon-side resource first.
 """
@@ -21,6 +21,7 @@ from models.face import Frame
 from streamer.realtime.frame_conversion import Swscale
 from streamer.transport.ice_addresses import restrict_ice_addresses
 from streamer.transport.jitter_marker import install_marker_release
+from streamer.transport.jitter_recovery import install_loss_recovery
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +57,7 @@ class LoopbackClient:
     async def __aenter__(self) -> Self:
         restrict_ice_addresses(["127.0.0.1"])
         install_marker_release()
+        install_loss_recovery()  # a browser's receiver recovers from loss too (libwebrtc); aiortc's alone stalls
         self._http = aiohttp.ClientSession(headers=self._auth_headers)
         self.pc = RTCPeerConnection(self._rtc_configuration)
         self.pc.on("track", self._on_track)

@@ -1,4 +1,6 @@
-"""Decoding untrusted image bytes: sniff the format, read the declared size, refuse bombs and truncations.
+"""Decoding untrusted image bytes: sniff the format, read the declared size, refuse bombs and truncations,
+and find where the image ends by walking its own structure (trailing bytes, as in a motion photo, are
+fine; an image cut short is not).
 
 Every image that reaches livefuse from outside (a CLI path, an upload) goes through `decode_image`, so
 the limits are checked in one place and before any pixel is decoded: OpenCV happily decodes half a JPEG
@@ -106,16 +108,65 @@ def read_header(data: bytes) -> ImageHeader:
     return ImageHeader(image_format, width, height)
 
 
-def _check_complete(data: bytes, image_format: ImageFormat) -> None:
-    tail = data.rstrip(b"\x00")[-12:]
-    if image_format == "jpeg" and b"\xff\xd9" not in tail:
-        raise InvalidInputError("truncated JPEG: no end-of-image marker")
-    if image_format == "png" and b"IEND" not in tail:
-        raise InvalidInputError("truncated PNG: no IEND chunk")
-    if image_format == "webp":
-        (riff_size,) = struct.unpack("<I", data[4:8])
-        if len(data) < riff_size + 8:
-            raise InvalidInputError("truncated WebP: shorter than its RIFF size")
+def _jpeg_end(data: bytes) -> int:
+    """Where the JPEG ends: its segments are walked by their lengths and its entropy-coded scans to the
+    next marker, up to the end-of-image marker (an EXIF thumbnail's own marker, inside APP1, is skipped)."""
+    position = 2
+    while position + 2 <= len(data):
+        if data[position] != 0xFF:
+            raise InvalidInputError("corrupt JPEG: bad marker")
+        marker = data[position + 1]
+        if marker == 0xFF:  # fill byte
+            position += 1
+            continue
+        if marker == 0xD9:
+            return position + 2
+        if marker in (0xD8, 0x01) or 0xD0 <= marker <= 0xD7:
+            position += 2
+            continue
+        if position + 4 > len(data):
+            break
+        (length,) = struct.unpack(">H", data[position + 2 : position + 4])
+        position += 2 + length
+        if marker == 0xDA:  # a scan: entropy-coded bytes up to the next marker that is not FF00 or RSTn
+            position = _next_marker(data, position)
+    raise InvalidInputError("truncated JPEG: no end-of-image marker")
+
+
+def _next_marker(data: bytes, position: int) -> int:
+    while (position := data.find(b"\xff", position)) != -1 and position + 1 < len(data):
+        following = data[position + 1]
+        if following != 0x00 and not 0xD0 <= following <= 0xD7 and following != 0xFF:
+            return position
+        position += 1 if following == 0xFF else 2
+    return len(data)
+
+
+def _png_end(data: bytes) -> int:
+    """Where the PNG ends: its chunks are walked by their lengths up to IEND."""
+    position = 8
+    while position + 8 <= len(data):
+        (length,) = struct.unpack(">I", data[position : position + 4])
+        kind = data[position + 4 : position + 8]
+        position += 12 + length  # length, type, body, CRC
+        if kind == b"IEND" and position <= len(data):
+            return position
+    raise InvalidInputError("truncated PNG: no IEND chunk")
+
+
+def _webp_end(data: bytes) -> int:
+    (riff_size,) = struct.unpack("<I", data[4:8])
+    if len(data) < riff_size + 8:
+        raise InvalidInputError("truncated WebP: shorter than its RIFF size")
+    return riff_size + 8
+
+
+def image_end(data: bytes, image_format: ImageFormat) -> int:
+    """The length of the image itself, from its own structure; bytes after it are not the image's (a
+    motion photo's video after its JPEG, metadata a tool appended after a PNG) and are not decoded.
+    InvalidInputError when the structure stops before its end: a truncated file (OpenCV would decode
+    half a JPEG with a grey bottom and call it a success)."""
+    return {"jpeg": _jpeg_end, "png": _png_end, "webp": _webp_end}[image_format](data)
 
 
 def decode_image(
@@ -132,8 +183,10 @@ def decode_image(
             f"{header.format} declares {header.width}x{header.height} = {header.width * header.height} pixels;"
             f" the limit is {max_pixels}"
         )
-    _check_complete(data, header.format)
-    decoded = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
+    end = image_end(data, header.format)
+    if end < len(data):
+        logger.debug("%s with %d bytes after its end: decoded without them", header.format, len(data) - end)
+    decoded = cv2.imdecode(np.frombuffer(data, np.uint8, count=end), cv2.IMREAD_COLOR)
     if decoded is None:
         raise InvalidInputError(f"corrupt {header.format}: the decoder could not read it")
     return np.ascontiguousarray(cv2.cvtColor(decoded, cv2.COLOR_BGR2RGB))

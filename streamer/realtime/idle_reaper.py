@@ -4,6 +4,13 @@ was answered but never connected, must not hold a session slot, a worker lane an
 A session's reader also ends itself when video stops, but only once its track has arrived; the reaper
 sweeps every session on a timer, so it also catches offers that never turned into a connection. The
 clock is injected and `sweep()` is public, so tests drive it without sleeping.
+
+Silence is not always a gone peer: a Wi-Fi hiccup or a train tunnel cuts the path for a few seconds
+while the peer waits. While a session is in a network gap (nothing at all heard from its peer, ICE up,
+consent fresh, its host not refusing our datagrams; and for an idle timeout after the path is back:
+streamer/transport/path_liveness.py) it gets `network_gap_timeout_s` (15 s by default, at least the idle
+timeout) instead of the idle timeout. A peer that is gone (ICE failed or closed, port unreachable,
+consent expired), or one that is reachable and simply sends no video, gets the idle timeout.
 """
 
 import asyncio
@@ -17,11 +24,14 @@ logger = logging.getLogger(__name__)
 # how long an answered call may take to send its first frame: ICE + DTLS + the first keyframe, on a
 # slow network (the session's own reader and the reaper both wait this long)
 FIRST_FRAME_TIMEOUT_S = 15.0
+# how long a session whose peer is still there (a network gap, not a gone peer) may go without video
+NETWORK_GAP_TIMEOUT_S = 15.0
 
 
 class WatchedSession(Protocol):
-    """What the reaper reads of a session: its id and its count of frames received so far. The reaper
-    notes when that count last changed (first sighting counts as activity), so sessions need no clock."""
+    """What the reaper reads of a session: its id, its count of frames received so far, and whether it
+    is in a network gap (its path silent, or just back, while ICE is up). The reaper notes when that count last changed (first sighting counts as
+    activity), so sessions need no clock."""
 
     @property
     def session_id(self) -> str: ...
@@ -29,14 +39,17 @@ class WatchedSession(Protocol):
     @property
     def frames_in(self) -> int: ...
 
+    def in_network_gap(self) -> bool: ...
+
 
 ListSessions = Callable[[], Sequence[WatchedSession]]
 EndSession = Callable[[str, str], Awaitable[object]]  # (session_id, reason)
 
 
 class IdleReaper:
-    """Every `interval_s`, ends sessions idle for longer than `idle_timeout_s` (or, before their first
-    frame, `first_frame_timeout_s`). `start()` / idempotent `close()`; `sweep()` runs one pass."""
+    """Every `interval_s`, ends sessions idle for longer than `idle_timeout_s` (before their first frame,
+    `first_frame_timeout_s`; while their path is alive, `network_gap_timeout_s`). `start()` / idempotent
+    `close()`; `sweep()` runs one pass."""
 
     def __init__(
         self,
@@ -45,6 +58,7 @@ class IdleReaper:
         *,
         idle_timeout_s: float,
         first_frame_timeout_s: float = FIRST_FRAME_TIMEOUT_S,
+        network_gap_timeout_s: float = NETWORK_GAP_TIMEOUT_S,
         interval_s: float | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -54,6 +68,7 @@ class IdleReaper:
         self._end_session = end_session
         self.idle_timeout_s = idle_timeout_s
         self.first_frame_timeout_s = max(first_frame_timeout_s, idle_timeout_s)
+        self.network_gap_timeout_s = max(network_gap_timeout_s, idle_timeout_s)
         self.interval_s = interval_s if interval_s is not None else min(1.0, idle_timeout_s / 4)
         self._clock = clock
         self._seen: dict[str, tuple[int, float]] = {}  # session id -> (frames_in, when it last changed)
@@ -73,6 +88,9 @@ class IdleReaper:
             seen[session.session_id] = (session.frames_in, changed_at)
             limit = self.idle_timeout_s if session.frames_in else self.first_frame_timeout_s
             silent_s = now - changed_at
+            in_gap_grace = session.frames_in and silent_s <= self.network_gap_timeout_s
+            if silent_s > limit and in_gap_grace and session.in_network_gap():
+                continue  # a network gap: the peer is still there, give the path time to return
             if silent_s > limit:
                 what = "no video" if session.frames_in else "no first frame"
                 idle.append((session.session_id, f"idle: {what} for {silent_s:.1f} s"))

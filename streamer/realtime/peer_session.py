@@ -1,6 +1,8 @@
 """One WebRTC peer: its RTCPeerConnection, the reader task that feeds the worker, the outbound swapped
 track, its settings and source. Ends itself (through `on_ended`) on ICE failure, a closed connection or a
-peer that stopped sending for `idle_timeout_s`; its owner (the SessionRegistry) then calls `close()`.
+peer that stopped sending for `idle_timeout_s` (for up to NETWORK_GAP_TIMEOUT_S while its network path is
+still alive: a cut of the path is not a gone peer, streamer/realtime/idle_reaper.py); its owner (the
+SessionRegistry) then calls `close()`.
 """
 
 import asyncio
@@ -16,6 +18,7 @@ from aiortc import (
     RTCConfiguration,
     RTCIceCandidate,
     RTCPeerConnection,
+    RTCRtpSender,
     RTCSessionDescription,
 )
 from aiortc.mediastreams import MediaStreamError
@@ -23,7 +26,7 @@ from av import VideoFrame
 
 from models.face import Frame
 from streamer.realtime.batch_worker import BatchWorker
-from streamer.realtime.idle_reaper import FIRST_FRAME_TIMEOUT_S
+from streamer.realtime.idle_reaper import FIRST_FRAME_TIMEOUT_S, NETWORK_GAP_TIMEOUT_S
 from streamer.realtime.metrics import DaemonMetrics
 from streamer.realtime.outbound_track import MediaFrame, OutboundTrack
 from streamer.realtime.pipeline_binding import PipelineBinding, Settings
@@ -31,7 +34,8 @@ from streamer.realtime.session_outputs import SessionOutputs
 from streamer.realtime.stamp_blanking import without_stamp
 from streamer.realtime.swap_cadence import SwapCadence
 from streamer.realtime.worker_lane import InboundFrame, WorkerLane
-from streamer.transport.codec_tuning import prefer_codec
+from streamer.transport.codec_tuning import prefer_codec, sender_encoding
+from streamer.transport.path_liveness import gap_ended_s_ago, path_state
 
 logger = logging.getLogger(__name__)
 
@@ -83,6 +87,7 @@ class PeerSession:
         self._on_ended = on_ended
         self._loop = asyncio.get_running_loop()
         self._pc: RTCPeerConnection | None = None
+        self._video_sender: RTCRtpSender | None = None
         self._outbound = OutboundTrack(on_sent=self._on_sent)
         self.outputs = SessionOutputs(session_id)  # WHEP viewers and the viewer page
         self._sends_video = True
@@ -121,6 +126,7 @@ class PeerSession:
         # created before the offer is applied so it takes the offer's video m-line with our preferences
         video = pc.addTransceiver(self._outbound, direction="sendrecv")
         prefer_codec(video, "video/VP8")
+        self._video_sender = video.sender
         await pc.setRemoteDescription(offer)
         await pc.setLocalDescription(await pc.createAnswer())
         # a WHIP publisher only sends: nothing reads the outbound track then (its viewers get the video)
@@ -167,9 +173,37 @@ class PeerSession:
         if self._on_ended is not None:
             self._on_ended(self.session_id, reason)
 
+    def in_network_gap(self) -> bool:
+        """True while the path is silent (or too briefly silent to tell) but ICE up and consent fresh,
+        and for `idle_timeout_s` after it came back (time for the video to resume):
+        streamer/transport/path_liveness.py."""
+        state = path_state(self._pc)
+        if state in ("gap", "quiet"):  # quiet: the next look (in a second) tells gap from talking
+            return True
+        back_s_ago = gap_ended_s_ago(self._pc)
+        return state == "talking" and back_s_ago is not None and back_s_ago < self._idle_timeout_s
+
+    def _keeps_waiting(self, silent_s: float, gap_logged: bool) -> bool:
+        """After `silent_s` without video: wait on (a network gap) or end the session (a gone peer)."""
+        if not self.frames_in or silent_s >= max(NETWORK_GAP_TIMEOUT_S, self._idle_timeout_s):
+            return False
+        if not self.in_network_gap():
+            return False
+        if not gap_logged:
+            logger.info(
+                "session %s: no video for %.1f s in a network gap (ICE up, peer silent); waiting up to %.0f s",
+                self.session_id,
+                silent_s,
+                NETWORK_GAP_TIMEOUT_S,
+                extra={**self._extra, "event": "network_gap"},
+            )
+        return True
+
     async def _read_video(self, track: MediaStreamTrack) -> None:
         """Newest-frame reader: aiortc's receive queue is unbounded, so read it as fast as it fills."""
         timeout = FIRST_FRAME_TIMEOUT_S
+        last_frame_at = time.monotonic()
+        gap_logged = False
         try:
             while self._closed is None:
                 try:
@@ -178,11 +212,25 @@ class PeerSession:
                     async with asyncio.timeout(timeout):
                         frame = await track.recv()
                 except TimeoutError:
-                    self._end(f"no video for {timeout:.0f} s")
+                    silent_s = time.monotonic() - last_frame_at
+                    if self._keeps_waiting(silent_s, gap_logged):
+                        gap_logged = True
+                        timeout = min(self._idle_timeout_s, 1.0)  # look at the path again soon
+                        continue
+                    self._end(f"no video for {silent_s:.0f} s")
                     return
                 except MediaStreamError:
                     self._end("remote video ended")
                     return
+                if gap_logged:
+                    logger.info(
+                        "session %s: video back after %.1f s",
+                        self.session_id,
+                        time.monotonic() - last_frame_at,
+                        extra={**self._extra, "event": "network_gap_over"},
+                    )
+                    gap_logged = False
+                last_frame_at = time.monotonic()
                 timeout = self._idle_timeout_s
                 assert isinstance(frame, VideoFrame)
                 self.resolution_in = (frame.width, frame.height)
@@ -290,6 +338,8 @@ class PeerSession:
             "connection_state": self._pc.connectionState if self._pc else "new",
             "quality": {**self._cadence.describe(), "frames_shed": self.frames_shed},
             "viewers": self.outputs.viewer_count,
+            # the encoder's bitrate (the receiver's REMB estimate once it came) and the size it sends
+            "sending": sender_encoding(self._video_sender) if self._video_sender is not None else None,
         }
 
     async def close(self) -> None:

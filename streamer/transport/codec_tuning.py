@@ -5,6 +5,12 @@
 - Bitrate: aiortc starts VP8 at 500 kbps and caps it at 1.5 Mbps whatever the size; ours starts from the
   frame size (about 0.08 bit per pixel at 30 fps: 0.74 Mbps at 640x480, 2.2 Mbps at 720p) until the
   receiver's REMB estimate takes over, within 0.3..2.5 Mbps.
+- Bandwidth: aiortc's sender already hands the receiver's REMB estimate to the encoder (`target_bitrate`,
+  kept within 0.3..2.5 Mbps here). When that estimate is too low for the frame size (under
+  MIN_BITS_PER_PIXEL at 30 fps) and the encoder is using most of it (a still picture gets a low estimate
+  because it needs little: that is no congestion), the frame is encoded smaller, 3/4 or 1/2 of each
+  side, rather than as a blocky full-size frame that overshoots the link; it goes back up only with
+  25 % headroom, so a wavering estimate does not flip the size (each change costs a keyframe).
 - VP8 first: `prefer_codec` sets a transceiver's codec preferences so answers pick VP8 when offered.
 
 `install_codec_tuning()` swaps the encoder factory aiortc's sender calls; idempotent.
@@ -12,11 +18,12 @@
 
 import fractions
 import logging
+import time
 from typing import Any
 
 import aiortc.rtcrtpsender
 import av
-from aiortc import RTCRtpReceiver, RTCRtpTransceiver
+from aiortc import RTCRtpReceiver, RTCRtpSender, RTCRtpTransceiver
 from aiortc.codecs import get_encoder
 from aiortc.codecs.base import Encoder
 from aiortc.codecs.h264 import MAX_FRAME_RATE, H264Encoder
@@ -28,6 +35,11 @@ logger = logging.getLogger(__name__)
 BITS_PER_PIXEL_AT_30FPS = 0.08
 MIN_BITRATE = 300_000
 MAX_BITRATE = 2_500_000
+MIN_BITS_PER_PIXEL = 0.05  # at 30 fps: below this VP8 at full size turns to blocks
+SEND_SCALES = (1.0, 0.75, 0.5)  # of each side; the smallest is the floor
+SCALE_UP_HEADROOM = 1.25
+BUDGET_USED = 0.7  # output at this share of the estimate or more: the estimate is what limits it
+OUTPUT_SMOOTHING = 0.1  # per frame: about a third of a second at 30 fps
 X264_LOW_LATENCY_OPTIONS = {"level": "31", "preset": "ultrafast", "tune": "zerolatency"}
 
 _ORIGINAL_GET_ENCODER = get_encoder
@@ -39,6 +51,23 @@ def bitrate_for_resolution(width: int, height: int, fps: float = 30.0) -> int:
     return max(MIN_BITRATE, min(wanted, MAX_BITRATE))
 
 
+def send_scale(width: int, height: int, bitrate: int, current: float = 1.0, fps: float = 30.0) -> float:
+    """Which of SEND_SCALES to encode a `width`x`height` frame at for `bitrate` bit/s: the largest one
+    the bitrate carries at MIN_BITS_PER_PIXEL; a step larger than `current` needs SCALE_UP_HEADROOM."""
+    for scale in SEND_SCALES:
+        needed = width * height * scale * scale * fps * MIN_BITS_PER_PIXEL
+        if scale > current:
+            needed *= SCALE_UP_HEADROOM
+        if bitrate >= needed:
+            return scale
+    return SEND_SCALES[-1]
+
+
+def scaled_size(width: int, height: int, scale: float) -> tuple[int, int]:
+    """Even sides (4:2:0 chroma) of the frame encoded at `scale`."""
+    return max(2, round(width * scale / 2) * 2), max(2, round(height * scale / 2) * 2)
+
+
 class _SizedBitrate:
     """Mixin: start from `bitrate_for_resolution` until the sender applies a REMB estimate.
 
@@ -48,6 +77,23 @@ class _SizedBitrate:
 
     _mangled_bitrate: str
     _bitrate_from_receiver = False
+    send_scale = 1.0  # what the last frame was encoded at (session stats show it)
+    sent_size: tuple[int, int] | None = None
+    output_bitrate = 0.0  # what the encoder actually produced lately (bit/s, smoothed)
+    output_fps = 30.0  # the frame rate it encodes at (smoothed): the size rule is per frame
+    _last_encoded_at: float | None = None
+    clock = staticmethod(time.monotonic)  # tests give an encoder their own
+
+    def _note_output(self, payloads: list[bytes]) -> None:
+        """Smooth the encoder's real output rate: a low estimate only forces a smaller size when the
+        encoder is using all of it (a still picture needs little, and its low estimate is no congestion)."""
+        now = self.clock()
+        if self._last_encoded_at is not None:
+            interval_s = max(now - self._last_encoded_at, 1e-3)
+            rate = sum(len(payload) for payload in payloads) * 8 / interval_s
+            self.output_bitrate += OUTPUT_SMOOTHING * (rate - self.output_bitrate)
+            self.output_fps += OUTPUT_SMOOTHING * (min(1.0 / interval_s, 120.0) - self.output_fps)
+        self._last_encoded_at = now
 
     @property
     def target_bitrate(self) -> int:
@@ -58,17 +104,43 @@ class _SizedBitrate:
         self._bitrate_from_receiver = True
         setattr(self, self._mangled_bitrate, max(MIN_BITRATE, min(int(bitrate), MAX_BITRATE)))
 
-    def _size_bitrate(self, frame: Any) -> None:
-        if not self._bitrate_from_receiver and isinstance(frame, av.VideoFrame):
+    def _size_bitrate(self, frame: Any) -> Any:
+        """The frame to encode: the size rule's start bitrate before any estimate; after one, the frame
+        scaled down when the estimate is too low for its size."""
+        if not isinstance(frame, av.VideoFrame):
+            return frame
+        if not self._bitrate_from_receiver:
             setattr(self, self._mangled_bitrate, bitrate_for_resolution(frame.width, frame.height))
+        else:
+            budget_used = self.output_bitrate >= BUDGET_USED * self.target_bitrate
+            scale = send_scale(
+                frame.width, frame.height, self.target_bitrate, self.send_scale, self.output_fps
+            )
+            if scale < self.send_scale and not budget_used:
+                scale = self.send_scale  # not congested: the content simply needs little
+            if scale != self.send_scale:
+                logger.info(
+                    "encoder: %d kbit/s estimated, sending %s of %dx%d",
+                    self.target_bitrate // 1000,
+                    f"{scale:g}",
+                    frame.width,
+                    frame.height,
+                )
+                self.send_scale = scale
+            if scale < 1.0:
+                width, height = scaled_size(frame.width, frame.height, scale)
+                frame = frame.reformat(width=width, height=height)
+        self.sent_size = (frame.width, frame.height)
+        return frame
 
 
 class TunedVp8Encoder(_SizedBitrate, Vp8Encoder):
     _mangled_bitrate = "_Vp8Encoder__target_bitrate"
 
     def encode(self, frame: Any, force_keyframe: bool = False) -> tuple[list[bytes], int]:
-        self._size_bitrate(frame)
-        return super().encode(frame, force_keyframe)
+        payloads, timestamp = super().encode(self._size_bitrate(frame), force_keyframe)
+        self._note_output(payloads)
+        return payloads, timestamp
 
 
 class LowLatencyH264Encoder(_SizedBitrate, H264Encoder):
@@ -77,8 +149,9 @@ class LowLatencyH264Encoder(_SizedBitrate, H264Encoder):
     _mangled_bitrate = "_H264Encoder__target_bitrate"
 
     def encode(self, frame: Any, force_keyframe: bool = False) -> tuple[list[bytes], int]:
-        self._size_bitrate(frame)
-        return super().encode(frame, force_keyframe)
+        payloads, timestamp = super().encode(self._size_bitrate(frame), force_keyframe)
+        self._note_output(payloads)
+        return payloads, timestamp
 
     def _encode_frame(self, frame: av.VideoFrame, force_keyframe: bool) -> Any:
         # aiortc builds its libx264 context inside _encode_frame with fixed options; building it here
@@ -105,6 +178,20 @@ class LowLatencyH264Encoder(_SizedBitrate, H264Encoder):
             codec.profile = "Baseline"
             self.codec = codec
         return super()._encode_frame(frame, force_keyframe)
+
+
+def sender_encoding(sender: RTCRtpSender) -> dict[str, Any] | None:
+    """What `sender`'s tuned encoder sends now: bitrate (kbit/s), whether the receiver's estimate set
+    it, and the size it encodes at; None before its first frame (or for another encoder)."""
+    encoder = getattr(sender, "_RTCRtpSender__encoder", None)  # aiortc 1.16 keeps it name-mangled
+    if not isinstance(encoder, _SizedBitrate):
+        return None
+    size = encoder.sent_size
+    return {
+        "bitrate_kbps": round(encoder.target_bitrate / 1000),
+        "from_receiver_estimate": encoder._bitrate_from_receiver,
+        "size": f"{size[0]}x{size[1]}" if size is not None else None,
+    }
 
 
 def get_tuned_encoder(codec: RTCRtpCodecParameters) -> Encoder:

@@ -15,13 +15,17 @@ from typing import Any, Self
 
 import aioice.ice
 import aiortc.rtcrtpsender
+from aioice.ice import StunProtocol
 from aiortc.jitterbuffer import JitterBuffer
 from aiortc.rtcicetransport import RTCIceGatherer
+from aiortc.rtcrtpreceiver import RTCRtpReceiver
 
 from streamer.transport.codec_tuning import install_codec_tuning
 from streamer.transport.ice_addresses import restrict_ice_addresses
 from streamer.transport.ice_host_candidates import PortRange, advertise_public_address, restrict_ice_ports
 from streamer.transport.jitter_marker import PATCH_FLAG, install_marker_release
+from streamer.transport.jitter_recovery import RECOVERY_FLAG, install_loss_recovery
+from streamer.transport.path_liveness import LIVENESS_FLAG, install_path_liveness
 
 logger = logging.getLogger(__name__)
 
@@ -34,6 +38,14 @@ PATCHED_ATTRIBUTES: tuple[tuple[Any, str], ...] = (
     (aioice.ice, "get_host_addresses"),
     (aioice.ice.Connection, "get_component_candidates"),
     (RTCIceGatherer, "getLocalCandidates"),
+    (JitterBuffer, "add"),
+    (JitterBuffer, RECOVERY_FLAG),
+    (RTCRtpReceiver, "_send_rtcp_pli"),
+    (RTCRtpReceiver, "_send_rtcp_nack"),
+    (StunProtocol, "connection_made"),
+    (StunProtocol, "datagram_received"),
+    (StunProtocol, "error_received"),
+    (StunProtocol, LIVENESS_FLAG),
 )
 
 
@@ -54,7 +66,8 @@ def restore(saved: list[object]) -> None:
 
 @dataclass
 class TransportPatches:
-    """One daemon's transport settings: the latency fixes always, and the ICE host candidate rules.
+    """One daemon's transport settings: the latency and loss-recovery fixes and the path-liveness tap
+    always, and the ICE host candidate rules.
 
     `ice_addresses` empty: aioice's own choice of addresses; `port_range` None: ephemeral ports;
     `public_address` None: candidates show the bound addresses.
@@ -76,6 +89,8 @@ class TransportPatches:
             raise RuntimeError("TransportPatches.apply() called twice without revert()")
         self._saved = snapshot()
         install_marker_release()
+        install_loss_recovery()
+        install_path_liveness()
         install_codec_tuning()
         restrict_ice_addresses(self.ice_addresses)  # empty: aioice's own get_host_addresses again
         restrict_ice_ports(self.port_range)

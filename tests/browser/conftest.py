@@ -103,12 +103,18 @@ def daemon_url(models_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> It
         daemon.close()
 
 
-def start_chromium(profile_dir: Path, camera_y4m: Path | None, *, camera_allowed: bool = True) -> WebDriver:
+def start_chromium(
+    profile_dir: Path,
+    camera_y4m: Path | None,
+    *,
+    camera_allowed: bool = True,
+    extra_flags: tuple[str, ...] = (),
+) -> WebDriver:
     """Headless Chromium with the flags of DESIGN.md section 7, whose camera plays `camera_y4m`.
 
     With camera_y4m=None the camera is Chromium's own generated picture, which, unlike a file, takes the
     size the page asks for. With camera_allowed=False the permission prompt is denied instead of
-    auto-accepted.
+    auto-accepted. `extra_flags` go on the command line too (e.g. a host resolver rule).
     """
     chromium, driver_path = _browser_binaries()
     options = webdriver.ChromeOptions()
@@ -121,7 +127,7 @@ def start_chromium(profile_dir: Path, camera_y4m: Path | None, *, camera_allowed
         "--autoplay-policy=no-user-gesture-required", "--allow-loopback-in-peer-connection",
         "--disable-features=WebRtcHideLocalIpsWithMdns",
         "--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run",
-        f"--user-data-dir={profile_dir}", "--window-size=1400,900",
+        f"--user-data-dir={profile_dir}", "--window-size=1400,900", *extra_flags,
     ):  # fmt: skip
         options.add_argument(flag)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # console output, for script errors

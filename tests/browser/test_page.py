@@ -222,6 +222,15 @@ def test_call_swaps_the_face_and_shows_latency(
     assert re.fullmatch(
         r"every frame|\d of \d frames swapped, \d+ skipped( \(worker \d+% busy\))?", cadence
     ), cadence
+    sending = _poll(  # the daemon's encoder: its bitrate (the browser's REMB estimate once it came), size
+        lambda: re.fullmatch(
+            r"(\d+) kbit/s \((estimate|start)\), (\d+)x(\d+)",
+            browser.find_element(By.ID, "stat-server-sending").text,
+        ),
+        10,
+        "the daemon's sending bitrate",
+    )
+    assert 300 <= int(sending.group(1)) <= 2500  # within the encoder's bounds
     assert _page_error(browser) is None
     assert _script_errors(browser) == []
 

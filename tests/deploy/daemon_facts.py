@@ -20,7 +20,15 @@ PRODUCT_PACKAGES = ("gpu_ops", "models", "streamer", "web")
 # The flags and variables of issue 11 items 2 and 4 (NAT traversal, several daemons behind a proxy) that
 # the manifests and compose.yaml set: the daemon has them, and the tests check them like any other.
 NETWORK_SERVE_FLAGS = frozenset(
-    {"--ice-servers", "--turn-secret", "--turn-ttl", "--ice-port-range", "--public-address", "--public-url"}
+    {
+        "--ice-servers",
+        "--turn-secret",
+        "--turn-ttl",
+        "--ice-port-range",
+        "--public-address",
+        "--public-url",
+        "--trusted-proxies",
+    }
 )
 NETWORK_ENVIRONMENT = frozenset(
     {
@@ -30,6 +38,7 @@ NETWORK_ENVIRONMENT = frozenset(
         "LIVEFUSE_ICE_PORT_RANGE",
         "LIVEFUSE_PUBLIC_ADDRESS",
         "LIVEFUSE_PUBLIC_URL",
+        "LIVEFUSE_TRUSTED_PROXIES",
     }
 )
 

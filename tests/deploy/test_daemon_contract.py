@@ -4,7 +4,10 @@ without a token, the autoscaler's metric in /metrics, the image's HEALTHCHECK sc
 drain that ends inside the pod's termination grace period.
 """
 
+import asyncio
+import contextlib
 import os
+import re
 import secrets
 import signal
 import socket
@@ -20,9 +23,11 @@ from typing import Any
 
 import pytest
 
+from bench.clients.peer_client import PeerClient
 from tests.deploy.daemon_facts import REPO_ROOT, argument_value
 from tests.deploy.dockerfile import healthcheck_command, last, parse_dockerfile
 from tests.deploy.manifests import DAEMON, container, one, rendered
+from tests.integration.daemon_harness import camera_frame
 
 OVERLAY = "production"
 START_TIMEOUT_S = 60.0
@@ -92,8 +97,9 @@ def wait_until(condition: Condition, what: str, timeout_s: float, daemon: Runnin
     pytest.fail(f"{what} did not happen within {timeout_s} s")
 
 
-@pytest.fixture(scope="module")
-def daemon(models_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningDaemon]:
+@contextlib.contextmanager
+def pod_daemon(models_dir: Path, workdir: Path) -> Iterator[RunningDaemon]:
+    """A daemon started with the pod's arguments and environment (made local), killed if still running."""
     item = statefulset_container()
     port = free_port()
     arguments = local_arguments(list(item["args"]), port)
@@ -102,9 +108,10 @@ def daemon(models_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     for variable in item["env"]:
         if "value" in variable and "$(" not in variable["value"]:
             environment[variable["name"]] = variable["value"]
-    cache = tmp_path_factory.mktemp("cache")
+    cache = workdir / "cache"
+    cache.mkdir()
     environment |= {"LIVEFUSE_MODELS": str(models_dir), "XDG_CACHE_HOME": str(cache), "LIVEFUSE_TOKEN": token}
-    log = tmp_path_factory.mktemp("log") / "daemon.log"
+    log = workdir / "daemon.log"
     with log.open("wb") as output:
         process = subprocess.Popen(
             [sys.executable, "run_stream.py", *arguments],
@@ -121,6 +128,13 @@ def daemon(models_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         if process.poll() is None:
             process.kill()
         process.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def daemon(models_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningDaemon]:
+    """Shared by the read-only checks; the SIGTERM test starts its own (it ends the process)."""
+    with pod_daemon(models_dir, tmp_path_factory.mktemp("daemon")) as running:
+        yield running
 
 
 def test_liveness_path_answers_without_the_token(daemon: RunningDaemon) -> None:
@@ -160,15 +174,29 @@ def test_image_healthcheck_script_passes_against_the_daemon(daemon: RunningDaemo
     assert result.returncode == 0, result.stderr
 
 
-def test_sigterm_ends_the_daemon_within_the_pods_grace_period(daemon: RunningDaemon) -> None:
+async def test_sigterm_drains_an_open_call_within_the_pods_grace_period(
+    models_dir: Path, media_dir: Path, tmp_path: Path
+) -> None:
+    """Its own daemon (the shared one keeps serving the other checks, in any order), with one call
+    open and swapping when SIGTERM arrives: the drain closes that call and the process exits 0 in time."""
     statefulset = one(rendered(OVERLAY).resources, "StatefulSet", DAEMON)
     grace_s = statefulset["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
     pre_stop_s = float(statefulset_container()["lifecycle"]["preStop"]["exec"]["command"][1])
-    drain = argument_value(list(statefulset_container()["args"]), "--drain-timeout")
-    assert drain is not None
-    started = time.monotonic()
-    daemon.process.send_signal(signal.SIGTERM)
-    returncode = daemon.process.wait(timeout=grace_s - pre_stop_s)
-    assert returncode == 0, daemon.log.read_text()
-    assert time.monotonic() - started < grace_s - pre_stop_s
-    assert '"event": "draining"' in daemon.log.read_text()
+    assert argument_value(list(statefulset_container()["args"]), "--drain-timeout") is not None
+    frame = camera_frame(media_dir)
+    with pod_daemon(models_dir, tmp_path) as daemon:
+        wait_until(Condition(daemon, "/ready", None, 200), "ready", 60, daemon)
+        url = f"http://127.0.0.1:{daemon.port}"
+        async with PeerClient(url, frame, token=daemon.token) as call:
+            await call.wait_for_frames(5, timeout=60)
+            session_id = call.session_id
+            started = time.monotonic()
+            daemon.process.send_signal(signal.SIGTERM)
+            returncode = await asyncio.to_thread(daemon.process.wait, grace_s - pre_stop_s)
+            elapsed_s = time.monotonic() - started
+        log = daemon.log.read_text()
+    assert returncode == 0, log
+    assert elapsed_s < grace_s - pre_stop_s
+    assert re.search(r'"msg": "draining 1 sessions', log), log[-3000:]
+    assert '"event": "drain_timeout"' not in log, "the open call was not closed within --drain-timeout"
+    assert re.search(rf'"msg": "session {session_id}: closed"', log), "the drain did not close the call"

@@ -128,7 +128,7 @@ def start_haproxy(port: int, daemons: dict[str, DaemonProcess], workdir: Path) -
 def daemon_args(name: str, port: int) -> tuple[str, ...]:
     """What each pod of deploy/kubernetes runs with, on the CPU: its own public URL, a small capacity."""
     public_url = f"http://{name}.{DOMAIN}:{port}"
-    limits = ("--max-sessions", str(MAX_SESSIONS), "--token", TOKEN)
+    limits = ("--max-sessions", str(MAX_SESSIONS), "--token", TOKEN, "--trusted-proxies", "127.0.0.1")
     return ("--public-url", public_url, *limits, "--engine", "mesh", "--execution-provider", "cpu")
 
 

@@ -123,16 +123,49 @@ async def test_truncated_download_leaves_part_then_resumes(server: FileServer, t
     assert not part_path(destination).exists()
 
 
+class RecordedSleep:
+    """Stands in for asyncio.sleep: records each backoff and returns at once."""
+
+    def __init__(self) -> None:
+        self.waits: list[float] = []
+
+    async def __call__(self, seconds: float) -> None:
+        self.waits.append(seconds)
+
+
 async def test_cut_off_attempt_resumes_in_the_next_attempt(server: FileServer, tmp_path: Path) -> None:
     destination = tmp_path / "model.onnx"
     server.behaviour = "truncate_once"
     config = DownloadConfig(stall_timeout_s=2.0, attempts_per_url=2)
+    sleep = RecordedSleep()
     result = await download_file(
-        [f"{server.base_url}/model.onnx"], destination, expected_sha256=PAYLOAD_SHA256, config=config
+        [f"{server.base_url}/model.onnx"],
+        destination,
+        expected_sha256=PAYLOAD_SHA256,
+        config=config,
+        sleep=sleep,
     )
     assert server.range_headers == [None, f"bytes={HALF}-"]
     assert result.resumed_from == HALF
     assert destination.read_bytes() == PAYLOAD
+    assert sleep.waits == [1.0]  # backed off once before the resume
+
+
+async def test_retries_back_off_exponentially_up_to_the_cap_and_not_between_urls(
+    server: FileServer, tmp_path: Path
+) -> None:
+    destination = tmp_path / "model.onnx"
+    config = DownloadConfig(stall_timeout_s=2.0, attempts_per_url=5, backoff_s=0.5, backoff_max_s=3.0)
+    sleep = RecordedSleep()
+    with pytest.raises(ModelDownloadError, match="attempt 5"):
+        await download_file(
+            ["http://127.0.0.1:9/model.onnx", f"{server.base_url}/missing.onnx"],
+            destination,
+            config=config,
+            sleep=sleep,
+        )
+    # refused 5 times on the first URL (4 waits); the 404 of the second is final: tried once, no wait
+    assert sleep.waits == [0.5, 1.0, 2.0, 3.0]
 
 
 async def test_range_resume_of_an_existing_part(server: FileServer, tmp_path: Path) -> None:

@@ -62,7 +62,7 @@ def test_person_mask_covers_the_face_and_not_the_corner(models_dir: Path, media_
     assert probability.shape == image.shape[:2] and probability.dtype == np.float32
     gray = cv2.cvtColor(image, cv2.COLOR_RGB2GRAY)
     faces = cv2.CascadeClassifier(
-        cv2.data.haarcascades + "haarcascade_frontalface_default.xml"
+        cv2.data.haarcascades + "haarcascade_frontalface_default.xml"  # type: ignore[attr-defined]
     ).detectMultiScale(gray, 1.1, 5, minSize=(100, 100))
     x, y, w, h = max(faces, key=lambda face: face[2] * face[3])
     assert probability[y + h // 4 : y + 3 * h // 4, x + w // 4 : x + 3 * w // 4].mean() > 0.9

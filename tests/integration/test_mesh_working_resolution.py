@@ -1,6 +1,7 @@
 """720p and 1080p close-ups: the mesh engine swaps a large face at its working resolution
 (MeshConfig.working_px) and composites it back at full resolution; the pasted face stays as sharp,
-the edge as invisible and the identity as moved as when the whole box is swapped at full size.
+the edge as invisible and the identity as moved as when the whole box is swapped at full size, and
+an occluder in front of the face stays in front.
 
 A close-up is a photo cut around its face so the face takes 35 % of the frame's width, as at a laptop
 camera (docs/benchmarks.md); -s prints the measures.
@@ -13,6 +14,8 @@ import numpy as np
 import pytest
 from numpy.typing import NDArray
 
+from bench.clients.frames import SOURCE_PHOTO
+from bench.clients.occluders import cup, microphone, phone
 from models.embedder import identity_distance
 from models.face import Frame, TrackedFace
 from streamer.pipeline.swap_engines.base import SwapOptions
@@ -20,6 +23,14 @@ from streamer.pipeline.swap_engines.mesh import MeshConfig, MeshEngine, paste_bo
 from tests.integration.test_mesh_identity import Models, Photo, embed, find_face, models, photos, source_image
 from tests.integration.test_mesh_occluder_edge_motion import SEAM_PAIRS, seam_ratio
 from tests.integration.test_mesh_quality import faces_of, load
+from tests.integration.test_mesh_target_occlusion import (
+    OCCLUDER_LEVELS,
+    REST_SHARE,
+    TARGETS,
+    change,
+    oval,
+    rest_of_face,
+)
 
 __all__ = ["models", "photos"]  # the identity test's module fixtures, used here too
 
@@ -156,3 +167,27 @@ def test_identity_moves_in_720p_and_1080p_close_ups(
     print(f"\n{size_name} close-ups: identity moved in {moved} of {total} pairs")
     assert total >= 50
     assert moved["working"] >= moved["full size"] - 1 and moved["working"] / total >= 0.9
+
+
+@pytest.mark.parametrize("size_name", list(SIZES))
+@pytest.mark.parametrize("painter", [microphone, phone, cup], ids=["microphone", "phone", "cup"])
+def test_an_occluder_in_front_of_a_close_up_stays_in_front(
+    engine: MeshEngine, media_dir: Path, size_name: str, painter: object
+) -> None:
+    """test_mesh_target_occlusion's still check on 720p and 1080p close-ups, where the occlusion mask
+    runs on the working-resolution region: the occluder within OCCLUDER_LEVELS of the input, the rest of
+    the face keeping REST_SHARE of its change."""
+    source = engine.prepare_source(load(media_dir, SOURCE_PHOTO))
+    for target_name in TARGETS:
+        target, face, mesh = target_close_up(engine, media_dir, target_name, SIZES[size_name])
+        painted = painter(target, mesh)  # type: ignore[operator]
+        inside = oval(mesh, target.shape)
+        occluder = (painted != target).any(axis=2) & inside
+        rest = rest_of_face(inside, occluder, target.shape)
+        clean = engine.swap(target, [face], source, SwapOptions())
+        swapped = engine.swap(painted, [face], source, SwapOptions())
+        on_occluder = change(swapped, painted, occluder)
+        share = change(swapped, painted, rest) / change(clean, target, rest)
+        print(f"\n{size_name} {target_name} {painter.__name__}: occluder {on_occluder:.1f} levels, rest {share:.2f}")  # type: ignore[attr-defined]  # fmt: skip
+        assert on_occluder <= OCCLUDER_LEVELS
+        assert share >= REST_SHARE

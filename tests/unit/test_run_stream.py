@@ -39,7 +39,7 @@ OWN: dict[str, set[str]] = {
     "bench": {
         "live", "whip", "room", "soak", "gpu", "quick", "output_dir", "seconds", "frames", "streams", "rounds",
         "calls", "baseline", "width", "height", "face_size", "media_dir", "output", "models_dir",
-        "reference_face",
+        "reference_face", "loss", "cut", "cap_kbps",
     },
     "room": {"janus", "room", "feed", "display", "room_source", "pin", "secret", "janus_token", "models_dir"},
 }  # fmt: skip
@@ -92,6 +92,7 @@ SAMPLES = {  # a valid non-default value for flags whose values are checked
     "ice_port_range": ["50000-50099"],
     "public_address": ["203.0.113.7"],
     "public_url": ["https://livefuse-0.example.com"],
+    "trusted_proxies": ["10.0.0.0/8,fd00::/8"],
 }
 
 # flags that only make sense with another: given to both sides of the comparison
@@ -148,7 +149,8 @@ def test_absent_flags_build_the_configs_defaults(
     command: str, photo: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     for variable in ("LIVEFUSE_TOKEN", "LIVEFUSE_ICE_SERVERS", "LIVEFUSE_TURN_SECRET", "LIVEFUSE_TURN_TTL",
-                     "LIVEFUSE_ICE_PORT_RANGE", "LIVEFUSE_PUBLIC_ADDRESS", "LIVEFUSE_PUBLIC_URL"):  # fmt: skip
+                     "LIVEFUSE_ICE_PORT_RANGE", "LIVEFUSE_PUBLIC_ADDRESS", "LIVEFUSE_PUBLIC_URL",
+                     "LIVEFUSE_TRUSTED_PROXIES"):  # fmt: skip
         monkeypatch.delenv(variable, raising=False)
     args = _parse(command, photo)
     for config in CONFIGS[command]:

@@ -66,10 +66,11 @@ async function errorMessage(response) {
  * fetch() with auth and error handling. Resolves to the parsed JSON body, or null for empty answers.
  * @param {string} path absolute path such as /api/sessions
  * @param {{method?: string, json?: object, body?: BodyInit, contentType?: string, keepalive?: boolean,
- *          askToken?: boolean}} options askToken: false answers a 401 without prompting for a token
+ *          askToken?: boolean, timeoutMs?: number}} options askToken: false answers a 401 without prompting
+ *          for a token; timeoutMs: no answer by then counts as unreachable (status 0)
  */
 export async function apiFetch(path, options = {}) {
-  const { method = 'GET', json, contentType, keepalive = false } = options;
+  const { method = 'GET', json, contentType, keepalive = false, timeoutMs } = options;
   const askToken = options.askToken ?? !keepalive;
   const body = json !== undefined ? JSON.stringify(json) : options.body;
   for (let attempt = 0; ; attempt++) {
@@ -84,7 +85,8 @@ export async function apiFetch(path, options = {}) {
     }
     let response;
     try {
-      response = await fetch(routed(path), { method, body, headers, keepalive });
+      const signal = timeoutMs ? AbortSignal.timeout(timeoutMs) : undefined;
+      response = await fetch(routed(path), { method, body, headers, keepalive, signal });
     } catch (networkError) {
       throw new ApiError(0, `cannot reach the server (${networkError.message})`);
     }

@@ -3,11 +3,25 @@
 import { apiFetch, iceServers } from './api.js';
 import { applyCapabilities, loadCapabilities } from './capabilities.js';
 import { LatencyWindow, StampReader, startLatencyReadout, startStamping } from './stamp.js';
-import { formatCadence, formatNumber as fmt, formatProcessing, summariseRtp, videoRtpReports } from './stats.js';
+import {
+  formatCadence,
+  formatNumber as fmt,
+  formatProcessing,
+  formatSending,
+  summariseRtp,
+  videoRtpReports,
+} from './stats.js';
 
 const CAPTURE_FPS = 30;
 const ICE_GATHERING_TIMEOUT_MS = 5000;
 const STATS_INTERVAL_MS = 1000;
+// The daemon serving a call is gone when its session stats fail this many polls in a row (a second
+// apart) with no answer or a proxy's 502/503/504 (a 404 is a live daemon that ended the call: endedByServer):
+// the page then opens a new call through the same entry (a proxy sends it to a live daemon) and sends
+// its source photo, reference and settings again. Within 3 s of the daemon's death.
+const FAILOVER_AFTER_FAILURES = 2;
+const GONE_STATUSES = [0, 502, 503, 504];
+const SERVER_TIMEOUT_MS = 900; // a stats poll not answered by then counts as a failure
 const SETTING_NAMES = ['engine', 'face_selector', 'enhancer', 'swap_enabled', 'mouth_mask', 'occlusion', 'latency_stamp'];
 
 const $ = (id) => document.getElementById(id);
@@ -41,7 +55,7 @@ const latency = new LatencyWindow();
 const stampReader = new StampReader($('stamp-canvas'));
 
 // Read by the browser test and handy in the console.
-window.livefuse = { latency, stats: {}, server: null, sessionId: null, capabilities: null };
+window.livefuse = { latency, stats: {}, server: null, sessionId: null, capabilities: null, failovers: [] };
 
 // ---- feedback ------------------------------------------------------------------------------------
 
@@ -150,8 +164,8 @@ function formatResolution(size) {
   return size ? `${size.width}x${size.height}` : '–';
 }
 
-async function startCall() {
-  if (call) await stopCall(); // a failed call still holds its camera and session
+async function startCall({ quietStop = false } = {}) {
+  if (call) await stopCall('idle', { quiet: quietStop }); // a failed call still holds its camera and session
   clearError();
   setCallState('starting');
   const current = { pc: null, camera: null, sessionId: null, stoppers: [], timer: null, previous: {} };
@@ -211,14 +225,17 @@ async function startCall() {
   }
 }
 
-async function stopCall(finalState = 'idle') {
+async function stopCall(finalState = 'idle', { quiet = false } = {}) {
   const current = call;
   call = null;
   setCallState(finalState);
   if (!current) return;
   clearInterval(current.timer);
   current.stoppers.forEach((stop) => stop());
-  if (current.sessionId) {
+  if (current.sessionId && quiet) {
+    // its daemon is gone: tell it anyway, should it be back, but do not wait for an answer
+    apiFetch(`/api/sessions/${current.sessionId}`, { method: 'DELETE', timeoutMs: SERVER_TIMEOUT_MS }).catch(() => {});
+  } else if (current.sessionId) {
     try {
       await apiFetch(`/api/sessions/${current.sessionId}`, { method: 'DELETE' });
     } catch (error) {
@@ -260,24 +277,45 @@ async function refreshStats(current) {
 }
 
 async function refreshServerStats(current) {
-  if (!current.sessionId) return;
+  if (!current.sessionId || current.failingOver) return;
   try {
-    const server = await apiFetch(`/api/sessions/${current.sessionId}`);
+    const server = await apiFetch(`/api/sessions/${current.sessionId}`, { timeoutMs: SERVER_TIMEOUT_MS });
     if (call !== current) return;
+    current.serverFailures = 0;
     window.livefuse.server = server;
     setStat('stat-server-frames', `${server.frames_in} / ${server.frames_out} / ${server.frames_dropped}`);
     setStat('stat-server-fps', `${fmt(server.fps_in, 1)} / ${fmt(server.fps_out, 1)}`);
     setStat('stat-resolution', `${formatResolution(server.resolution_in)} / ${formatResolution(server.resolution_out)}`);
     setStat('stat-processing', formatProcessing(server.processing_ms));
     setStat('stat-cadence', formatCadence(server.quality));
+    setStat('stat-server-sending', formatSending(server.sending));
   } catch (error) {
     if (call !== current) return;
     if (error.status === 404) {
       endedByServer(current, error.message);
-    } else {
+      return;
+    }
+    if (!GONE_STATUSES.includes(error.status)) {
       showError(error.message);
+      return;
+    }
+    current.serverFailures = (current.serverFailures ?? 0) + 1;
+    if (current.serverFailures >= FAILOVER_AFTER_FAILURES && !current.failingOver) {
+      await failOver(current, error.message);
     }
   }
+}
+
+/** The daemon of `current` is gone: a new call through the same entry, with the same inputs. */
+async function failOver(current, reason) {
+  current.failingOver = true;
+  const record = { from: current.sessionId, reason, at: performance.now(), to: null };
+  window.livefuse.failovers.push(record);
+  console.warn('livefuse: the server of this call is gone (%s); calling again', reason);
+  setCallState('reconnecting');
+  await startCall({ quietStop: true });
+  record.to = call?.sessionId ?? null;
+  record.resumedAt = performance.now();
 }
 
 /** The daemon closed this call (its frames kept failing, it went idle, it shut down): say so, free the
@@ -469,7 +507,7 @@ function onSettingChanged(event) {
 
 // ---- wiring --------------------------------------------------------------------------------------
 
-ui.start.addEventListener('click', startCall);
+ui.start.addEventListener('click', () => startCall());
 ui.stop.addEventListener('click', () => {
   clearError(); // the user ended the call: what went wrong in it is over too
   stopCall();

@@ -70,3 +70,14 @@ export function formatCadence(quality) {
   const busy = typeof quality.worker_busy === 'number' ? ` (worker ${Math.round(quality.worker_busy * 100)}% busy)` : '';
   return `${swapped} of ${of} frames swapped, ${quality.frames_shed ?? 0} skipped${busy}`;
 }
+
+/**
+ * What the daemon's encoder sends ({bitrate_kbps, from_receiver_estimate, size}): "412 kbit/s
+ * (estimate), 480x360"; "(start)" before the browser's bandwidth estimate reached it.
+ */
+export function formatSending(sending) {
+  if (!sending || typeof sending.bitrate_kbps !== 'number') return '–';
+  const origin = sending.from_receiver_estimate ? 'estimate' : 'start';
+  const size = sending.size ? `, ${sending.size}` : '';
+  return `${formatNumber(sending.bitrate_kbps)} kbit/s (${origin})${size}`;
+}

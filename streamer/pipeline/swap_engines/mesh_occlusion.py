@@ -272,9 +272,8 @@ def face_occlusion(
         mask = np.maximum(mask, RELEASE * previous * (1.0 - gaze)).astype(np.float32)
     area = max(float(oval.sum()), 1.0)
     cover = float((mask * oval).sum() / area)
-    fade = 1.0 - float(
-        smoothstep(np.asarray((cover - FADE_COVER[0]) / (FADE_COVER[1] - FADE_COVER[0]), np.float32))
-    )
+    ramp = np.array((cover - FADE_COVER[0]) / (FADE_COVER[1] - FADE_COVER[0]), np.float32)
+    fade = 1.0 - float(smoothstep(ramp))
     if track is not None:
         fade = track.fade + FADE_WEIGHT * (fade - track.fade) if track.mask is not None else fade
         _remember(track, small, points, features, face_height, thresholds, model, cover)

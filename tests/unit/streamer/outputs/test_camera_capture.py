@@ -154,7 +154,11 @@ def test_a_slow_reader_gets_the_newest_frame_and_drops_are_counted(tmp_path: Pat
     capture.start()
     try:
         first = capture.read(timeout=2.0)
-        time.sleep(0.2)  # ~20 frames arrive meanwhile; only the newest may be returned
+        assert first is not None
+        deadline = time.monotonic() + 10.0
+        while capture.captured < first.index + 5:  # frames arrive unread; only the newest may be returned
+            assert time.monotonic() < deadline, f"only {capture.captured} frames captured"
+            time.sleep(0.01)
         captured_before = capture.captured
         newest = capture.read(timeout=2.0)
     finally:

@@ -78,3 +78,37 @@ def test_read_image_file_names_the_path(tmp_path) -> None:  # type: ignore[no-un
         read_image_file(text)
     with pytest.raises(InvalidInputError, match="cannot read"):
         read_image_file(tmp_path / "missing.jpg")
+
+
+MP4_TAIL = b"\x00\x00\x00\x18ftypmp42\x00\x00\x00\x00mp42isom" + bytes(range(256)) * 64
+
+
+def test_a_motion_photo_jpeg_with_its_video_after_the_image_is_decoded() -> None:
+    """A phone's motion photo: a whole JPEG, then an MP4 (the bytes end in video, not FFD9)."""
+    data = _encoded(".jpg", 64, 48)
+    image = decode_image(data + MP4_TAIL)
+    assert image.shape == (48, 64, 3)
+    assert np.array_equal(image, decode_image(data))
+
+
+def test_a_png_with_trailing_bytes_is_decoded() -> None:
+    data = _encoded(".png", 64, 48)
+    assert np.array_equal(decode_image(data + b"appended by some tool\n" * 10), decode_image(data))
+
+
+def test_a_truncated_jpeg_is_refused_even_when_its_exif_thumbnail_is_whole() -> None:
+    """The thumbnail inside APP1 has its own end marker; the walk skips it, so the cut is still seen."""
+    thumbnail = _encoded(".jpg", 16, 16)
+    app1 = b"Exif\x00\x00" + thumbnail
+    main = _encoded(".jpg", 128, 96)
+    data = main[:2] + b"\xff\xe1" + struct.pack(">H", len(app1) + 2) + app1 + main[2:]
+    assert decode_image(data).shape == (96, 128, 3)
+    with pytest.raises(InvalidInputError, match="truncated JPEG"):
+        decode_image(data[: len(data) - len(main) // 2])
+
+
+@pytest.mark.parametrize("extension", [".jpg", ".png"])
+def test_a_truncated_image_followed_by_other_bytes_is_still_refused(extension: str) -> None:
+    data = _encoded(extension, 128, 96)
+    with pytest.raises(InvalidInputError, match="truncated|corrupt"):
+        decode_image(data[: len(data) // 2] + MP4_TAIL)

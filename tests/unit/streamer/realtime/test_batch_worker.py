@@ -61,7 +61,7 @@ async def _until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
 
 
 async def test_newest_frame_of_every_lane_goes_in_one_batch() -> None:
-    pipeline = FakePipeline(delay_s=0.2)
+    pipeline = FakePipeline(hold=threading.Event())
     worker = BatchWorker(fake_binding(pipeline), DaemonMetrics())
     collectors = [Collector(2), Collector(1)]
     lanes = [WorkerLane(f"s{i}", FakeStreamState(), FakeSwapSettings(), collectors[i]) for i in range(2)]
@@ -71,10 +71,12 @@ async def test_newest_frame_of_every_lane_goes_in_one_batch() -> None:
         for lane in lanes:
             worker.attach(lane)
         lanes[0].mailbox.put(_inbound(0))
-        await asyncio.sleep(0.05)  # the first batch (one frame) is now sleeping in the pipeline
+        await _until(lambda: pipeline.batch_sizes == [1])  # the first batch is held in the pipeline
         for lane in lanes:
             for pts in (3000, 6000, 9000):
                 lane.mailbox.put(_inbound(pts))
+        assert pipeline.hold is not None
+        pipeline.hold.set()
         await _wait(collectors[0].done)
         await _wait(collectors[1].done)
     finally:

@@ -10,6 +10,10 @@ from streamer.realtime.idle_reaper import IdleReaper
 class FakeSession:
     session_id: str
     frames_in: int = 0
+    path: bool = False  # what in_network_gap() answers: False, a gone (or merely silent) peer
+
+    def in_network_gap(self) -> bool:
+        return self.path
 
 
 class Clock:
@@ -115,3 +119,34 @@ async def test_a_failing_sweep_is_logged_and_reaping_goes_on(caplog: pytest.LogC
 def test_a_non_positive_timeout_is_refused() -> None:
     with pytest.raises(ValueError):
         IdleReaper(list, lambda s, r: asyncio.sleep(0), idle_timeout_s=0)
+
+
+async def test_a_network_gap_waits_for_the_gap_timeout_and_a_gone_peer_only_for_the_idle_timeout() -> None:
+    clock = Clock()
+    sessions = [FakeSession("cut", 10, path=True), FakeSession("gone", 10, path=False)]
+    ended: list[tuple[str, str]] = []
+    reaper = _reaper(sessions, ended, clock)
+    await reaper.sweep()
+    clock.now += 6.0  # past the idle timeout (5 s)
+    assert await reaper.sweep() == ["gone"]
+    clock.now += 8.0  # 14 s of silence, the path still alive: waiting
+    assert await reaper.sweep() == []
+    sessions[0].frames_in += 1  # the path came back: the count starts over
+    clock.now += 1.0
+    assert await reaper.sweep() == []
+    clock.now += 16.0  # the network gap timeout (15 s) is not forever
+    assert await reaper.sweep() == ["cut"]
+    assert "no video for 16.0 s" in ended[-1][1]
+
+
+async def test_a_gap_that_turns_into_a_gone_peer_ends_at_the_next_sweep() -> None:
+    clock = Clock()
+    sessions = [FakeSession("cut", 10, path=True)]
+    ended: list[tuple[str, str]] = []
+    reaper = _reaper(sessions, ended, clock)
+    await reaper.sweep()
+    clock.now += 7.0
+    assert await reaper.sweep() == []
+    sessions[0].path = False  # e.g. ICE consent expired, or the host refused our datagrams
+    clock.now += 1.0
+    assert await reaper.sweep() == ["cut"]

@@ -2,7 +2,9 @@
 the other consumers back, the received audio is drained with nobody watching, close() ends every reader."""
 
 import asyncio
+import contextlib
 import fractions
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -39,37 +41,46 @@ def audio_frame(index: int) -> AudioFrame:
     return frame
 
 
+async def _until(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
+    """Poll state that changes without an event (a queue drained by a task)."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "timed out"
+        await asyncio.sleep(0.005)
+
+
 async def test_slow_consumer_gets_newest_frames_and_never_holds_back_the_fast_one() -> None:
+    """The slow consumer reads one frame, then stops reading while 59 more are pushed: the fast one
+    gets every one of them meanwhile, and the slow one's next read is the newest frame, not frame 1."""
     outputs = SessionOutputs("s1")
     fast, slow = outputs.subscribe_video(), outputs.subscribe_video()
-    fast_pts: list[int] = []
+    fast_pts: asyncio.Queue[int] = asyncio.Queue()
     slow_pts: list[int] = []
+    slow_may_read = asyncio.Event()
 
-    async def consume(track: MediaStreamTrack, into: list[int], delay_s: float) -> None:
-        try:
+    async def consume_fast() -> None:
+        with contextlib.suppress(MediaStreamError):
             while True:
-                frame = await track.recv()
-                into.append(int(frame.pts or 0))
-                await asyncio.sleep(delay_s)
-        except MediaStreamError:
-            pass
+                fast_pts.put_nowait(int((await fast.recv()).pts or 0))
 
-    readers = [
-        asyncio.create_task(consume(fast, fast_pts, 0.0)),
-        asyncio.create_task(consume(slow, slow_pts, 0.05)),
-    ]
-    await asyncio.sleep(0.01)  # both subscribed: the relay runs
+    async def consume_slow() -> None:
+        with contextlib.suppress(MediaStreamError):
+            slow_pts.append(int((await slow.recv()).pts or 0))
+            await slow_may_read.wait()  # a stalled viewer: reads nothing for a while
+            while True:
+                slow_pts.append(int((await slow.recv()).pts or 0))
+
+    readers = [asyncio.create_task(consume_fast()), asyncio.create_task(consume_slow())]
+    await asyncio.sleep(0)  # one loop turn: both readers are inside recv(), subscribed to the relay
     for index in range(60):
         outputs.push_video(video_frame(index))  # never blocks: no await in the session's path
-        await asyncio.sleep(0.005)
-    await asyncio.sleep(0.06)
+        assert await asyncio.wait_for(fast_pts.get(), 2) == index * 3000, "the fast consumer lost a frame"
+    assert slow_pts == [0]
+    slow_may_read.set()
+    await _until(lambda: len(slow_pts) == 2)
     await outputs.close()
     await asyncio.wait_for(asyncio.gather(*readers), 2)
-
-    assert fast_pts == sorted(fast_pts) and slow_pts == sorted(slow_pts)
-    assert len(fast_pts) >= 55, f"the fast consumer lost frames: {len(fast_pts)}"
-    assert len(slow_pts) < 15, "the slow consumer was fed every frame (a queue, not newest-frame)"
-    assert slow_pts[-1] >= 57 * 3000, "the slow consumer did not get the newest frame"
+    assert slow_pts == [0, 59 * 3000], "the slow consumer was fed a queue, not the newest frame"
 
 
 async def test_received_audio_is_drained_without_viewers_and_reaches_a_viewer() -> None:
@@ -79,8 +90,7 @@ async def test_received_audio_is_drained_without_viewers_and_reaches_a_viewer() 
     assert own_copy is not received and own_copy.kind == "audio" and outputs.has_audio
     for index in range(200):
         received.queue.put_nowait(audio_frame(index))
-    await asyncio.sleep(0.05)
-    assert received.queue.qsize() == 0, "nobody reads the received audio: its queue grows"
+    await _until(lambda: received.queue.qsize() == 0)  # nobody reads the received audio: drained anyway
 
     viewer = outputs.subscribe_audio()
     assert viewer is not None

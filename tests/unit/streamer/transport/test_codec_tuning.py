@@ -13,12 +13,15 @@ from aiortc.rtcrtpparameters import RTCRtpCodecParameters
 
 from streamer.transport.codec_tuning import (
     MAX_BITRATE,
+    MIN_BITS_PER_PIXEL,
     LowLatencyH264Encoder,
     TunedVp8Encoder,
     bitrate_for_resolution,
     get_tuned_encoder,
     install_codec_tuning,
     prefer_codec,
+    scaled_size,
+    send_scale,
 )
 from streamer.transport.ice_addresses import restrict_ice_addresses
 
@@ -107,3 +110,61 @@ async def test_answer_prefers_vp8_when_offer_lists_h264_first() -> None:
     finally:
         await offerer.close()
         await answerer.close()
+
+
+def test_the_send_scale_steps_down_when_the_estimate_is_low_and_up_only_with_headroom() -> None:
+    full_needs = 640 * 480 * 30 * MIN_BITS_PER_PIXEL  # 461 kbit/s
+    assert send_scale(640, 480, 2_000_000) == 1.0
+    assert send_scale(640, 480, int(full_needs)) == 1.0
+    assert send_scale(640, 480, 400_000) == 0.75  # a 500 kbit/s link's estimate
+    assert send_scale(640, 480, 150_000) == 0.5  # the floor
+    assert send_scale(1280, 720, 300_000) == 0.5
+    # back up from 0.75 only with 25 % headroom over what full size needs
+    assert send_scale(640, 480, int(full_needs * 1.1), current=0.75) == 0.75
+    assert send_scale(640, 480, int(full_needs * 1.3), current=0.75) == 1.0
+    assert scaled_size(640, 480, 0.75) == (480, 360) and scaled_size(642, 482, 0.5) == (320, 240)
+
+
+class FrameClock:
+    """30 fps of encoder time, advanced by each call (the encoder reads it once per frame)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        self.now += 1 / 30
+        return self.now
+
+
+def _still(width: int, height: int, index: int) -> av.VideoFrame:
+    frame = av.VideoFrame.from_ndarray(np.full((height, width, 3), 90, np.uint8), format="rgb24")
+    frame = frame.reformat(format="yuv420p")
+    frame.pts, frame.time_base = index * 3000, fractions.Fraction(1, 90000)
+    return frame
+
+
+def test_a_low_estimate_encodes_smaller_frames_when_the_encoder_uses_it_all() -> None:
+    tuned = TunedVp8Encoder()
+    tuned.clock = FrameClock()  # type: ignore[method-assign,assignment]
+    tuned.encode(_frame(640, 480))
+    assert tuned.sent_size == (640, 480)  # before any estimate: the size rule, full size
+    tuned.target_bitrate = 350_000  # a REMB estimate from a 400 kbit/s link
+    for index in range(1, 30):  # noise: the encoder spends every bit it is given
+        tuned.encode(_frame(640, 480, index))
+    assert tuned.output_bitrate > 0.7 * 350_000
+    assert tuned.sent_size == (480, 360)
+    assert tuned.codec is not None and (tuned.codec.width, tuned.codec.height) == (480, 360)
+    tuned.target_bitrate = 2_000_000
+    tuned.encode(_frame(640, 480, 30))
+    assert tuned.sent_size == (640, 480)
+
+
+def test_a_still_picture_with_a_low_estimate_stays_full_size() -> None:
+    """A still picture needs few bits, so its estimate is low too: that is no congestion."""
+    tuned = TunedVp8Encoder()
+    tuned.clock = FrameClock()  # type: ignore[method-assign,assignment]
+    tuned.target_bitrate = 350_000
+    for index in range(60):
+        tuned.encode(_still(640, 480, index))
+    assert tuned.output_bitrate < 0.7 * 350_000
+    assert tuned.sent_size == (640, 480)

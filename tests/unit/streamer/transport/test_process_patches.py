@@ -67,3 +67,33 @@ def test_apply_twice_is_a_bug() -> None:
     patches = TransportPatches(("127.0.0.1",))
     with patches, pytest.raises(RuntimeError):
         patches.apply()
+
+
+def test_the_loss_recovery_and_path_liveness_taps_go_when_nothing_had_them_before() -> None:
+    from aioice.ice import StunProtocol
+    from aiortc.rtcrtpreceiver import RTCRtpReceiver
+
+    from streamer.transport import jitter_recovery, path_liveness
+
+    for owner, name, original in (
+        (JitterBuffer, "add", jitter_recovery._ORIGINAL_ADD),
+        (RTCRtpReceiver, "_send_rtcp_pli", jitter_recovery._ORIGINAL_SEND_PLI),
+        (StunProtocol, "datagram_received", path_liveness._ORIGINAL_DATAGRAM_RECEIVED),
+        (StunProtocol, "error_received", path_liveness._ORIGINAL_ERROR_RECEIVED),
+        (StunProtocol, "connection_made", path_liveness._ORIGINAL_CONNECTION_MADE),
+    ):
+        setattr(owner, name, original)
+    for owner, flag in (
+        (JitterBuffer, jitter_recovery.RECOVERY_FLAG),
+        (StunProtocol, path_liveness.LIVENESS_FLAG),
+    ):
+        if flag in vars(owner):
+            delattr(owner, flag)
+    with TransportPatches(("127.0.0.1",)):
+        assert JitterBuffer.add is jitter_recovery.add_with_hole_timeout
+        assert RTCRtpReceiver._send_rtcp_pli is jitter_recovery.send_rate_limited_pli
+        assert StunProtocol.error_received is path_liveness._error_received
+    assert JitterBuffer.add is jitter_recovery._ORIGINAL_ADD
+    assert RTCRtpReceiver._send_rtcp_pli is jitter_recovery._ORIGINAL_SEND_PLI
+    assert StunProtocol.datagram_received is path_liveness._ORIGINAL_DATAGRAM_RECEIVED
+    assert not getattr(StunProtocol, path_liveness.LIVENESS_FLAG, False)
