@@ -1,6 +1,7 @@
 """Regenerate docs/images/mesh_target_occlusion.png and mesh_source_beard_zone.png (issue 18).
 
-Target side: a microphone, a phone and a cup painted in front of a target face (bench/clients/occluders.py),
+Target side: a microphone, a phone, a cup and a skin-toned hand painted in front of a target face
+(bench/clients/occluders.py; the hand is found by the hand models, streamer/pipeline/swap_engines/mesh_hands.py),
 one row each: painted target | swapped with occlusion off | swapped with it on, the occlusion mask in red
 over the last. Source side: a one-sided dark patch on the source's lower cheek (beside the mouth): painted
 source | the swap with the beard-zone symmetry rule off | on. Public-domain media only (the official
@@ -19,7 +20,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.clients.occluders import cup, lower_cheek_patch, microphone, phone
+from bench.clients.occluders import cup, hand, lower_cheek_patch, microphone, phone
 from models.detector import Detector
 from models.face import Frame, TrackedFace
 from models.inference import InferenceConfig
@@ -30,6 +31,7 @@ from streamer.pipeline.face_tracker import analyse_image
 from streamer.pipeline.image_input import read_image_file
 from streamer.pipeline.swap_engines.base import SwapOptions
 from streamer.pipeline.swap_engines.mesh import MeshConfig, MeshEngine, paste_box
+from streamer.pipeline.swap_engines.mesh_hands import load_face_hands
 
 PANEL = (150, 177)  # three panels a row stay near 150 KB as PNG
 
@@ -72,13 +74,16 @@ def main() -> int:
     inference = InferenceConfig(intra_op_threads=2)
     detector = Detector(store.session("yunet_n", inference), get_spec("yunet_n"))
     landmarker = Landmarker(store.session("facemesh_468", inference), get_spec("facemesh_468"))
-    engine = MeshEngine(detector, landmarker)
+    engine = MeshEngine(
+        detector, landmarker, hands=load_face_hands(store, lambda name: store.session(name, inference))
+    )
     source = engine.prepare_source(read_image_file(args.media_dir / "fr_biden2.jpg"))
     rows = []
     for target_name, painter in (
         ("fr_obama.jpg", microphone),
         ("skimage_astronaut.png", phone),
         ("fr_biden.jpg", cup),
+        ("skimage_astronaut.png", hand),
     ):
         target = read_image_file(args.media_dir / target_name)
         face = analyse_image(detector, landmarker, target)[0]

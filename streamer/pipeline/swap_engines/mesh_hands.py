@@ -16,7 +16,7 @@ searched for every frame. A still image (no track) is searched every time, at bo
 """
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import cv2
@@ -34,11 +34,14 @@ Points = NDArray[np.float32]
 
 HAND_MODELS = ("palm_lite", "hand_landmark_lite")  # bundled (models/bundled/)
 CROP_GROWTHS = (2.2, 1.6)  # the palm search's squares, in face boxes (a track's is the first)
-PALM_SCORE = 0.3  # palms kept for the landmark model (its presence is the test; a painted hand scores low)
+PALM_SCORE = 0.3  # palms kept for the landmark model...
+SEARCH_PRESENCE = 0.9  # ...and the presence a hand newly found needs (a cheek or a brow can reach 0.75-0.89
+# with a cup or a phone beside it); a hand followed from the last frame needs models.hands.MIN_PRESENCE
 SEARCH_FRAMES = 30  # a track with no hand is searched this often...
 THUMB = 8  # ...or when a cell of the face box's THUMB x THUMB thumbnail...
 CHANGE_LEVELS = 32.0  # ...changes by more than this since the track's last frame
 FOLLOW_SCALE, FOLLOW_SHIFT = 2.0, -0.1  # MediaPipe's hand-landmarks-to-region transform
+REFOUND_REACH = 1.0  # a hand found this near a held one (in wrist-to-knuckle lengths) is that hand
 HOLD_FRAMES = 12  # a hand not found is held (moving on as it moved, slowing down) this many frames
 HOLD_DAMPING = 0.7  # of its last motion per frame held
 FINGER_HALF_WIDTH = 0.12  # of the wrist to middle-finger knuckle length
@@ -74,6 +77,14 @@ def _moved(hand: Hand, step: NDArray[np.float32]) -> Hand:
     points = hand.points.copy()
     points[:, :2] += step
     return Hand(points, hand.presence, hand.palm_score)
+
+
+def _near(hand: Hand, others: Sequence[Hand]) -> bool:
+    """Whether `hand` lies within REFOUND_REACH of its own size from one of `others`."""
+    size = float(np.linalg.norm(hand.points[9, :2] - hand.points[0, :2]))
+    return any(
+        float(np.linalg.norm(_centre(hand) - _centre(other))) < REFOUND_REACH * size for other in others
+    )
 
 
 def _palm_of(hand: Hand) -> Palm:
@@ -119,8 +130,16 @@ class FaceHands:
     def __init__(self, finder: HandFinder) -> None:
         self.finder = finder
 
-    def search(self, frame: object, box: NDArray[np.float32], growth: float = CROP_GROWTHS[0]) -> list[Hand]:
-        """Palm search on the square `growth` x `box` (x1, y1, x2, y2 frame px), then landmarks."""
+    def search(
+        self,
+        frame: object,
+        box: NDArray[np.float32],
+        growth: float = CROP_GROWTHS[0],
+        held: Sequence[Hand] = (),
+    ) -> list[Hand]:
+        """Palm search on the square `growth` x `box` (x1, y1, x2, y2 frame px), then landmarks: hands
+        with presence over SEARCH_PRESENCE, or over MIN_PRESENCE near one of the `held` hands (the
+        same hand found again)."""
         x0, y0, x1, y1 = _face_square(box, frame.shape, growth)  # type: ignore[attr-defined]
         if x1 - x0 < 8 or y1 - y0 < 8:
             return []
@@ -129,10 +148,11 @@ class FaceHands:
         hands = []
         for palm in self.finder.palms(square, PALM_SCORE)[:MAX_HANDS]:
             hand = self.finder.landmarks(square, Palm(palm.centre, palm.size, palm.points, palm.score))
-            if hand.presence > MIN_PRESENCE:
-                points = hand.points.copy()
-                points[:, :2] += shift
-                hands.append(Hand(points, hand.presence, hand.palm_score))
+            points = hand.points.copy()
+            points[:, :2] += shift
+            found = Hand(points, hand.presence, hand.palm_score)
+            if hand.presence > SEARCH_PRESENCE or (hand.presence > MIN_PRESENCE and _near(found, held)):
+                hands.append(found)
         return hands
 
     def follow(self, frame: object, hand: Hand) -> Hand | None:
@@ -175,7 +195,7 @@ class FaceHands:
         track.frames_since_search += 1
         # a hand that slipped from its region (or one held) is searched for again at once
         if not found and (changed or track.hands or track.frames_since_search >= SEARCH_FRAMES):
-            found = self.search(frame, box)
+            found = self.search(frame, box, held=track.hands)
             track.frames_since_search = 0
             track.searches += 1
         if found:
