@@ -135,3 +135,30 @@ def test_a_sliding_occluder_through_the_live_pipeline(
     print(f"mask cover change beyond the bar's: mean {excess.mean():.3f}, max {excess.max():.3f}")
     # (a feature the bar reaches, an eye or the nose, joins in one frame: measured 0.10-0.11 at most)
     assert excess.mean() <= 0.03 and excess.max() <= 0.15
+
+
+@pytest.mark.parametrize(
+    ("target_name", "painter"),
+    [
+        ("fr_biden.jpg", cup),  # full size: a cheek beside the cup reached presence 0.75
+        ("skimage_astronaut.png", phone),  # a brow beside the phone reached 0.89
+        ("fr_obama.jpg", None),  # arms crossed below the face: real hands, not in front of it
+        ("fr_biden2.jpg", None),
+        ("fr_alex_lacamoire.png", None),
+    ],
+)
+def test_no_hand_is_found_on_a_face_without_one(
+    engine: MeshEngine, media_dir: Path, target_name: str, painter: object
+) -> None:
+    """The hand check on still images at full size, clean and with the painted non-hand occluders: no
+    hand outline reaches into the face's oval."""
+    assert engine.hands is not None
+    target = read_image_file(media_dir / target_name)
+    for face in faces_of(engine, target):
+        assert face.mesh is not None
+        image = target if painter is None else painter(target, face.mesh)  # type: ignore[operator]
+        box = np.concatenate([face.mesh[:, :2].min(axis=0), face.mesh[:, :2].max(axis=0)])
+        outlines = engine.hands.outlines(image, box, None)
+        inside = oval(face.mesh, image.shape)
+        reached = fill_polygons_cpu((image.shape[1], image.shape[0]), outlines) > 0 if outlines else None
+        assert reached is None or not (reached & inside).any(), f"a hand on {target_name}"
