@@ -1,0 +1,103 @@
+"""The hand check's cadence and geometry (streamer/pipeline/swap_engines/mesh_hands.py) with a scripted
+hand finder: a palm search every SEARCH_FRAMES frames or on a sudden change, a found hand followed by the
+landmark model alone, held a bounded time when lost, a hand newly found only at a high presence, and the
+follow region placed on the hand (the landmarks inside it, fingers up)."""
+
+import cv2
+import numpy as np
+
+from models.hands import Hand, Palm, roi_matrix
+from streamer.pipeline.swap_engines import mesh_hands
+from streamer.pipeline.swap_engines.mesh_hands import FaceHands, HandTrack, outline
+
+FRAME = np.full((240, 320, 3), 120, np.uint8)
+BOX = np.array([100.0, 60.0, 200.0, 180.0], np.float32)
+
+
+def upright_hand(centre: tuple[float, float] = (150.0, 130.0), presence: float = 0.97) -> Hand:
+    """21 points of a hand, wrist at the bottom, fingers up, 60 px from wrist to fingertips."""
+    x, y = centre
+    points = np.zeros((21, 3), np.float32)
+    points[0, :2] = (x, y + 30.0)  # wrist
+    for finger in range(5):
+        base = 1 + 4 * finger
+        column = x - 16.0 + 8.0 * finger
+        for joint in range(4):
+            points[base + joint, :2] = (column, y + 5.0 - 8.0 * joint)
+    points[9, :2] = (x, y + 5.0)  # middle-finger knuckle
+    return Hand(points, presence, 0.8)
+
+
+class ScriptedFinder:
+    """Finds `hand` (or nothing) with the palm detector; the landmark model reports `hand` with
+    `presence` while `follows` says so."""
+
+    def __init__(self, hand: Hand | None, presence: float = 0.97) -> None:
+        self.hand, self.presence, self.follows = hand, presence, True
+        self.searches = 0
+        self.landmark_runs = 0
+
+    def palms(self, frame: np.ndarray, score_threshold: float = 0.5) -> list[Palm]:
+        self.searches += 1
+        if self.hand is None:
+            return []
+        return [Palm(np.zeros(2, np.float32), np.ones(2, np.float32) * 20, np.zeros((7, 2), np.float32), 0.8)]
+
+    def landmarks(self, frame: np.ndarray, palm: Palm) -> Hand:
+        self.landmark_runs += 1
+        if self.hand is None or not self.follows:
+            return Hand(np.zeros((21, 3), np.float32), 0.0, palm.score)
+        return Hand(self.hand.points.copy(), self.presence, palm.score)
+
+
+def test_without_a_hand_the_palm_search_runs_at_the_cadence_or_on_a_sudden_change() -> None:
+    finder = ScriptedFinder(None)
+    hands, track = FaceHands(finder), HandTrack()  # type: ignore[arg-type]
+    for _ in range(2 * mesh_hands.SEARCH_FRAMES):
+        assert hands.outlines(FRAME, BOX, track) == []
+    assert finder.searches == 2  # the track's first frame, then once in SEARCH_FRAMES
+    changed = FRAME.copy()
+    changed[60:180, 100:150] = 250  # a cell of the face box changes by far more than CHANGE_LEVELS
+    hands.outlines(changed, BOX, track)
+    assert finder.searches == 3
+
+
+def test_a_found_hand_is_followed_then_held_a_bounded_time_then_dropped() -> None:
+    # (the scripted landmarks are in the search square's px; the frame's are the same here: a box whose
+    # square starts at the frame's corner)
+    box = np.array([0.0, 0.0, 60.0, 60.0], np.float32)
+    finder = ScriptedFinder(upright_hand())
+    hands, track = FaceHands(finder), HandTrack()  # type: ignore[arg-type]
+    assert len(hands.outlines(FRAME, box, track)) == 1 and finder.searches == 1
+    for _ in range(5):
+        assert len(hands.outlines(FRAME, box, track)) == 1
+    assert finder.searches == 1  # followed by the landmark model alone
+    finder.follows = False
+    finder.hand = None  # gone: neither followed nor found
+    held = [len(hands.outlines(FRAME, box, track)) for _ in range(mesh_hands.HOLD_FRAMES + 2)]
+    assert held[: mesh_hands.HOLD_FRAMES] == [1] * mesh_hands.HOLD_FRAMES and held[-1] == 0
+    assert finder.searches > mesh_hands.HOLD_FRAMES  # searched for every frame while held
+
+
+def test_a_hand_newly_found_needs_a_high_presence_and_a_still_is_searched_every_time() -> None:
+    box = np.array([0.0, 0.0, 60.0, 60.0], np.float32)
+    doubtful = ScriptedFinder(upright_hand(), presence=0.8)  # a cheek beside a cup reached 0.75
+    assert FaceHands(doubtful).outlines(FRAME, box, None) == []  # type: ignore[arg-type]
+    assert doubtful.searches == len(mesh_hands.CROP_GROWTHS)  # a still: every square
+    sure = ScriptedFinder(upright_hand())
+    assert len(FaceHands(sure).outlines(FRAME, box, None)) == 1  # type: ignore[arg-type]
+
+
+def test_the_follow_region_holds_the_hand_fingers_up_and_the_outline_covers_its_fingers() -> None:
+    hand = upright_hand()
+    matrix = roi_matrix(mesh_hands._palm_of(hand), 224)
+    crop = hand.points[:, :2] @ matrix[:, :2].T + matrix[:, 2]
+    assert (crop > 20).all() and (crop < 204).all()  # all inside, with a margin
+    assert crop[12, 1] < crop[0, 1]  # the middle fingertip above the wrist
+    assert abs(float(crop[:, 0].mean()) - 112.0) < 30.0
+    shape = outline(hand)
+    inside = cv2.fillPoly(np.zeros((240, 320), np.uint8), [np.round(shape).astype(np.int32)], 1)
+    # the outline reaches past the outer fingers by about a finger's half width
+    grow = mesh_hands.FINGER_HALF_WIDTH * float(np.linalg.norm(hand.points[9, :2] - hand.points[0, :2]))
+    assert inside[130, int(hand.points[1, 0] - 0.8 * grow)] == 1
+    assert inside[130, int(hand.points[1, 0] - 2.0 * grow)] == 0
