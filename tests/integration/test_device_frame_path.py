@@ -62,16 +62,24 @@ async def test_clip_swapped_on_the_device_path_matches_the_host_path(
     assert ledger.downloads == CLIP_FRAMES  # ...one download per swapped frame: all of them have a face
     assert ledger.crossings == 2 * CLIP_FRAMES
     assert all(output is not frame for output, frame in zip(by_device, frames))
+    differences: list[float] = []
     for frame, device_out, host_out in zip(frames, by_device, by_host):
         assert device_out.pts == frame.pts and device_out.format.name == "yuv420p"
         camera = frame.to_ndarray(format="rgb24").astype(np.int16)
         device_rgb = device_out.to_ndarray(format="rgb24").astype(np.int16)
         host_rgb = host_out.to_ndarray(format="rgb24").astype(np.int16)
         swapped = np.abs(host_rgb - camera).mean(axis=2) > 25
-        assert swapped.sum() > 500  # the face changed (a small face: the clip is 640x360)
+        # the faces changed (small faces: the clip is 640x360; the singer's microphone in front of his
+        # mouth stays, kept by the occlusion mask: 370-640 px here, 730-920 with occlusion off)
+        assert swapped.sum() > 250
         face_difference = np.abs(device_rgb - host_rgb).mean(axis=2)[swapped].mean()
-        assert face_difference < 4.5, f"device and host swaps differ by {face_difference:.1f} levels"
+        differences.append(face_difference)
+        # the two paths' colour conversions differ by a level or two; the occlusion mask's thresholds
+        # along the microphone's edge turn that into whole pixels kept on one path and swapped on the
+        # other (measured: worst frame 5.7 levels, mean 2.95; with --no-occlusion 3.2 and 2.4)
+        assert face_difference < 7.0, f"device and host swaps differ by {face_difference:.1f} levels"
         assert np.abs(device_rgb - camera).mean(axis=2)[swapped].mean() > 25  # and the device one swapped
+    assert np.mean(differences) < 3.5
 
 
 @pytest.mark.slow
