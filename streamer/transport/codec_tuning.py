@@ -53,7 +53,11 @@ def bitrate_for_resolution(width: int, height: int, fps: float = 30.0) -> int:
 
 def send_scale(width: int, height: int, bitrate: int, current: float = 1.0, fps: float = 30.0) -> float:
     """Which of SEND_SCALES to encode a `width`x`height` frame at for `bitrate` bit/s: the largest one
-    the bitrate carries at MIN_BITS_PER_PIXEL; a step larger than `current` needs SCALE_UP_HEADROOM."""
+    the bitrate carries at MIN_BITS_PER_PIXEL; a step larger than `current` needs SCALE_UP_HEADROOM.
+    An estimate at the encoder's own ceiling (MAX_BITRATE) is not the network's limit: full size (a
+    1080p call on a good network would otherwise always go out at 3/4, 3.1 Mbit/s being over the cap)."""
+    if bitrate >= MAX_BITRATE:
+        return 1.0
     for scale in SEND_SCALES:
         needed = width * height * scale * scale * fps * MIN_BITS_PER_PIXEL
         if scale > current:

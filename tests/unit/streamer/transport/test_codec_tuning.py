@@ -125,6 +125,16 @@ def test_the_send_scale_steps_down_when_the_estimate_is_low_and_up_only_with_hea
     assert scaled_size(640, 480, 0.75) == (480, 360) and scaled_size(642, 482, 0.5) == (320, 240)
 
 
+def test_an_estimate_at_the_encoders_own_ceiling_keeps_a_1080p_frame_full_size() -> None:
+    """Full 1080p needs 3.1 Mbit/s at MIN_BITS_PER_PIXEL, over MAX_BITRATE: only an estimate below the
+    ceiling says the network limits, so at the ceiling the frame goes out as it came (bench --live at
+    1920x1080 on loopback sent 1440x810 before); just under it, 3/4."""
+    assert 1920 * 1080 * 30 * MIN_BITS_PER_PIXEL > MAX_BITRATE
+    assert send_scale(1920, 1080, MAX_BITRATE) == 1.0
+    assert send_scale(1920, 1080, MAX_BITRATE, current=0.75) == 1.0
+    assert send_scale(1920, 1080, MAX_BITRATE - 100_000) == 0.75
+
+
 class FrameClock:
     """30 fps of encoder time, advanced by each call (the encoder reads it once per frame)."""
 
