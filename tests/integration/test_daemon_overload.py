@@ -111,7 +111,11 @@ async def test_a_200_ms_swap_returns_the_newest_frames_and_nothing_queues(media_
     in_flight = 200 / FRAME_MS  # frames sent while one swap runs: the most a fresh frame can lag
     assert max(lags) <= 2 * in_flight, f"the slow stage took stale frames: {lags}"
     quarter = len(lags) // 4
-    assert statistics.median(lags[-quarter:]) <= statistics.median(lags[:quarter]) + 2, lags
+    # a queue falls a whole swap's worth of frames (in_flight) further behind with every swap, over this
+    # run's 25-odd swaps some 150 frames; what the lag drifts by here is the transport's and decoder's
+    # delay: less than one swap's worth over the run (seen 0 -> 5 frames in about one run of five, on
+    # this revision and on 63d9855 alike)
+    assert statistics.median(lags[-quarter:]) < statistics.median(lags[:quarter]) + in_flight, str(lags)
 
     result = client.result(since)
     assert result.duplicates == 0 and result.out_of_order == 0
