@@ -18,12 +18,10 @@ from collections.abc import Mapping
 from types import TracebackType
 from typing import Self
 
-import numpy as np
 from aiortc import MediaStreamTrack, RTCConfiguration, RTCPeerConnection, RTCSessionDescription
-from aiortc.mediastreams import AudioStreamTrack, MediaStreamError
-from av import VideoFrame
+from aiortc.mediastreams import AudioStreamTrack
 
-from bench.clients.loopback_client import now_ms
+from bench.clients.loopback_client import read_track
 from bench.clients.peer_client import FrameSource, LiveResult, ReceivedFrame, StampedFrameTrack
 from models.face import Frame
 from streamer.outputs.frame_stamp import STAMP_WIDTH, read_stamp
@@ -157,33 +155,19 @@ class JanusSubscriber:
         await self.close()
 
     def _on_track(self, track: MediaStreamTrack) -> None:
-        reader = self._read_video(track) if track.kind == "video" else self._count_audio(track)
-        self._readers.append(asyncio.create_task(reader, name=f"janus-subscriber-{track.kind}"))
+        self._readers.append(
+            read_track(track, self._swscale, self._arrived, self._video_arrived, self._audio_arrived)
+        )
 
-    async def _count_audio(self, track: MediaStreamTrack) -> None:
-        try:
-            while True:
-                await track.recv()
-                self.audio_frames += 1
-        except MediaStreamError:
-            return
+    def _video_arrived(self, rgb: Frame, arrived: float) -> None:
+        stamp = read_stamp(rgb) if rgb.shape[1] >= STAMP_WIDTH else None
+        sent = self._sent_ms.get(stamp) if stamp is not None else None
+        self.received.append(ReceivedFrame(stamp, None if sent is None else arrived - sent, arrived))
+        if self._keep_frames:
+            self.last_frame = rgb
 
-    async def _read_video(self, track: MediaStreamTrack) -> None:
-        while True:
-            try:
-                frame = await track.recv()
-            except MediaStreamError:
-                return
-            assert isinstance(frame, VideoFrame)
-            arrived = now_ms()
-            rgb = np.asarray(self._swscale.to_rgb(frame), dtype=np.uint8)
-            stamp = read_stamp(rgb) if rgb.shape[1] >= STAMP_WIDTH else None
-            sent = self._sent_ms.get(stamp) if stamp is not None else None
-            self.received.append(ReceivedFrame(stamp, None if sent is None else arrived - sent, arrived))
-            if self._keep_frames:
-                self.last_frame = rgb
-            async with self._arrived:
-                self._arrived.notify_all()
+    def _audio_arrived(self) -> None:
+        self.audio_frames += 1
 
     async def wait_for_frames(self, count: int, timeout: float = 10.0) -> None:
         """Until `count` video frames in all have arrived (TimeoutError otherwise)."""

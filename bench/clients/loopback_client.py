@@ -8,6 +8,7 @@ import asyncio
 import logging
 import time
 import urllib.parse
+from collections.abc import Callable
 from types import TracebackType
 from typing import Self
 
@@ -29,6 +30,40 @@ logger = logging.getLogger(__name__)
 def now_ms() -> float:
     """The clock the stamps use: both ends run on this host."""
     return time.monotonic() * 1000.0
+
+
+def read_track(
+    track: MediaStreamTrack,
+    swscale: Swscale,
+    arrived: asyncio.Condition,
+    on_video: Callable[[Frame, float], None],
+    on_audio: Callable[[], None],
+) -> "asyncio.Task[None]":
+    """A task reading `track` until it ends: each video frame as RGB to `on_video(rgb, now_ms)`, then
+    `arrived` notified; each audio frame counted by `on_audio()`. Every loopback peer reads this way."""
+
+    async def read_video() -> None:
+        while True:
+            try:
+                frame = await track.recv()
+            except MediaStreamError:
+                return
+            assert isinstance(frame, VideoFrame)
+            arrived_ms = now_ms()
+            on_video(np.asarray(swscale.to_rgb(frame), dtype=np.uint8), arrived_ms)
+            async with arrived:
+                arrived.notify_all()
+
+    async def count_audio() -> None:
+        try:
+            while True:
+                await track.recv()
+                on_audio()
+        except MediaStreamError:
+            return
+
+    reader = read_video() if track.kind == "video" else count_audio()
+    return asyncio.create_task(reader, name=f"read-{track.kind}-{track.id}")
 
 
 class LoopbackClient:
@@ -94,29 +129,16 @@ class LoopbackClient:
         """One received frame, as RGB, with the time it arrived."""
 
     def _on_track(self, track: MediaStreamTrack) -> None:
-        reader = self._read_video(track) if track.kind == "video" else self._count_audio(track)
-        self._readers.append(asyncio.create_task(reader, name=f"{type(self).__name__}-{track.kind}"))
+        self._readers.append(
+            read_track(track, self._swscale, self._arrived, self._video_arrived, self._audio_arrived)
+        )
 
-    async def _count_audio(self, track: MediaStreamTrack) -> None:
-        try:
-            while True:
-                await track.recv()
-                self.audio_frames_received += 1
-        except MediaStreamError:
-            return
+    def _video_arrived(self, rgb: Frame, arrived_ms: float) -> None:
+        self._on_video(rgb, arrived_ms)
+        self.video_received += 1
 
-    async def _read_video(self, track: MediaStreamTrack) -> None:
-        while True:
-            try:
-                frame = await track.recv()
-            except MediaStreamError:
-                return
-            assert isinstance(frame, VideoFrame)
-            arrived_ms = now_ms()
-            self._on_video(np.asarray(self._swscale.to_rgb(frame), dtype=np.uint8), arrived_ms)
-            self.video_received += 1
-            async with self._arrived:
-                self._arrived.notify_all()
+    def _audio_arrived(self) -> None:
+        self.audio_frames_received += 1
 
     async def wait_for_frames(self, count: int, timeout: float = 10.0) -> None:
         """Until `count` video frames in all have arrived (TimeoutError otherwise)."""
