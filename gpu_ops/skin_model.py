@@ -78,6 +78,7 @@ class SkinScores:
 
     chroma: Mask
     luma: Mask
+    towards_neutral: Mask  # how far the chromaticity lies from the skin's towards grey (0 skin, 1 grey)
 
 
 def _chromaticity_and_luma(
@@ -151,14 +152,22 @@ def score_skin_cpu(
     the skin within about `illumination_px`: a tenth of the face height suits)."""
     thresholds = thresholds or SkinThresholds()
     chromaticity, luma = _chromaticity_and_luma(image, thresholds.blur_px)
-    offsets = chromaticity - model.chroma_mean
-    to_neutral = _NEUTRAL - model.chroma_mean
-    along = (offsets @ to_neutral) / max(float(to_neutral @ to_neutral), 1e-9)  # 1 = all the way to grey
+    # per chromaticity plane (r, g): at a face's working size (a few thousand pixels) each NumPy call
+    # costs more than its arithmetic, so the 2 x 2 algebra is written out
+    to_r, to_g = (float(v) for v in _NEUTRAL - model.chroma_mean)
+    offset_r = chromaticity[..., 0] - np.float32(model.chroma_mean[0])
+    offset_g = chromaticity[..., 1] - np.float32(model.chroma_mean[1])
+    along = (offset_r * to_r + offset_g * to_g) / np.float32(max(to_r * to_r + to_g * to_g, 1e-9))
     brighter = np.clip((luma - model.luma_median) / max(255.0 - model.luma_median, 1.0), 0.0, 1.0)
     highlight = np.clip(along, 0.0, brighter * thresholds.specular_allowance)
-    residual = offsets - highlight[..., None] * to_neutral
-    inverse = np.linalg.inv(model.chroma_covariance.astype(np.float64)).astype(np.float32)
-    distance = np.sqrt(np.maximum(np.einsum("hwi,ij,hwj->hw", residual, inverse, residual), 0.0))
+    residual_r, residual_g = offset_r - highlight * to_r, offset_g - highlight * to_g
+    (a, b), (c, d) = model.chroma_covariance.astype(np.float64)
+    determinant = a * d - b * c
+    inverse_rr, inverse_rg, inverse_gg = d / determinant, -(b + c) / determinant, a / determinant
+    squared = residual_r * residual_r * np.float32(inverse_rr)
+    squared += residual_g * residual_g * np.float32(inverse_gg)
+    squared += residual_r * residual_g * np.float32(inverse_rg)
+    distance = np.sqrt(np.maximum(squared, 0.0))
     relative_luma = luma / max(model.luma_median, 1.0)
     darkness = np.clip(1.0 - relative_luma / 0.7, 0.0, 1.0)
     distance = distance / (1.0 + thresholds.dark_chroma_room * darkness)
@@ -172,7 +181,11 @@ def score_skin_cpu(
     )
     locally = luma / np.maximum(surrounding, 1.0)
     dark = (1.0 - _ramp(relative_luma, thresholds.dark_luma)) * (1.0 - _ramp(locally, thresholds.dark_local))
-    return SkinScores(chroma=chroma.astype(np.float32), luma=(1.0 - dark).astype(np.float32))
+    return SkinScores(
+        chroma=chroma.astype(np.float32),
+        luma=(1.0 - dark).astype(np.float32),
+        towards_neutral=along.astype(np.float32),
+    )
 
 
 def _ramp(values: NDArray[np.float32], limits: tuple[float, float]) -> NDArray[np.float32]:

@@ -7,8 +7,9 @@ positives on bare skin. A hand's outline is the convex hull of its 21 landmarks 
 width (the landmarks are the joints' centres).
 
 Cost: the palm detector is ~15 ms and the landmarks ~5 ms on this CPU, so on a face track they do not run
-every frame: with no hand found, the palm search runs every `SEARCH_FRAMES` frames, or at once when the
-face box's appearance changes suddenly against the track's last frame (a hand coming in); a hand found is
+every frame: with no hand found, the palm search runs every `SEARCH_FRAMES` frames, or sooner when the
+face box's look has changed since the last search (a hand coming in, quickly or slowly; at most every
+`SEARCH_GAP` frames, so a head moving about does not search every frame); a hand found is
 followed from frame to frame by the landmark model alone, on the region its last landmarks give (as
 MediaPipe tracks hands). A hand neither followed nor found again (the models miss a painted or blurred
 hand in some frames, one over the mouth) is held for `HOLD_FRAMES`, moving on as it moved, while it is
@@ -24,7 +25,6 @@ import numpy as np
 from numpy.typing import NDArray
 
 from gpu_ops.backend import to_host
-from gpu_ops.occlusion_mask import cell_average
 from models.hands import MAX_HANDS, MIN_PRESENCE, ROI_SCALE, ROI_SHIFT, Hand, HandFinder, Palm
 from models.model_files import ModelStore
 
@@ -37,9 +37,12 @@ CROP_GROWTHS = (2.2, 1.6)  # the palm search's squares, in face boxes (a track's
 PALM_SCORE = 0.3  # palms kept for the landmark model...
 SEARCH_PRESENCE = 0.9  # ...and the presence a hand newly found needs (a cheek or a brow can reach 0.75-0.89
 # with a cup or a phone beside it); a hand followed from the last frame needs models.hands.MIN_PRESENCE
-SEARCH_FRAMES = 30  # a track with no hand is searched this often...
+SEARCH_FRAMES = 60  # a track with no hand is searched this often...
 THUMB = 8  # ...or when a cell of the face box's THUMB x THUMB thumbnail...
-CHANGE_LEVELS = 32.0  # ...changes by more than this since the track's last frame
+THUMB_INSET = 0.1  # (of the box's inner part, less this share each side...
+THUMB_SAMPLES = 4  # ...from this many px along a cell's side)
+CHANGE_LEVELS = 32.0  # ...changes by more than this since the last search...
+SEARCH_GAP = 3  # ...and this many frames have passed (a head moving about would search every frame)
 FOLLOW_SCALE, FOLLOW_SHIFT = 2.0, -0.1  # MediaPipe's hand-landmarks-to-region transform
 REFOUND_REACH = 1.0  # a hand found this near a held one (in wrist-to-knuckle lengths) is that hand
 HOLD_FRAMES = 12  # a hand not found is held (moving on as it moved, slowing down) this many frames
@@ -185,19 +188,21 @@ class FaceHands:
                     return [outline(hand) for hand in hands]
             return []
         thumbnail = self._thumbnail(frame, box)
+        track.frames_since_search += 1
+        # against the face's look at the last search, so a hand raised slowly adds up to a change too
         changed = (
             track.thumbnail is not None
             and thumbnail is not None
+            and track.frames_since_search >= SEARCH_GAP
             and float(np.abs(thumbnail - track.thumbnail).max()) > CHANGE_LEVELS
         )
-        track.thumbnail = thumbnail
         found = [hand for hand in (self.follow(frame, hand) for hand in track.hands) if hand is not None]
-        track.frames_since_search += 1
         # a hand that slipped from its region (or one held) is searched for again at once
         if not found and (changed or track.hands or track.frames_since_search >= SEARCH_FRAMES):
             found = self.search(frame, box, held=track.hands)
             track.frames_since_search = 0
             track.searches += 1
+            track.thumbnail = thumbnail
         if found:
             same = len(found) == len(track.hands)
             track.velocity = [
@@ -217,14 +222,18 @@ class FaceHands:
 
     @staticmethod
     def _thumbnail(frame: object, box: NDArray[np.float32]) -> NDArray[np.float32] | None:
-        x1, y1 = int(max(0.0, float(box[0]))), int(max(0.0, float(box[1])))
-        x2 = int(min(float(frame.shape[1]), float(box[2])))  # type: ignore[attr-defined]
-        y2 = int(min(float(frame.shape[0]), float(box[3])))  # type: ignore[attr-defined]
+        """The grey THUMB x THUMB thumbnail of the face box's inner part (the background at its edges
+        shifts with every move of the box, a hand coming in crosses the face), from a sparse grid of
+        its pixels: a cell's mean needs no more."""
+        inset = THUMB_INSET * (box[2:] - box[:2])
+        x1, y1 = (int(max(0.0, float(v))) for v in box[:2] + inset)
+        x2 = int(min(float(frame.shape[1]), float(box[2] - inset[0])))  # type: ignore[attr-defined]
+        y2 = int(min(float(frame.shape[0]), float(box[3] - inset[1])))  # type: ignore[attr-defined]
         if x2 - x1 < THUMB or y2 - y1 < THUMB:
             return None
-        region = frame[y1:y2, x1:x2]  # type: ignore[index]
-        small = cell_average(region, max(1, min(x2 - x1, y2 - y1) // (2 * THUMB)))
-        thumb = cv2.resize(small, (THUMB, THUMB), interpolation=cv2.INTER_AREA)
+        step = max(1, min(x2 - x1, y2 - y1) // (THUMB_SAMPLES * THUMB))
+        sparse = np.ascontiguousarray(to_host(frame[y1:y2:step, x1:x2:step]))  # type: ignore[index]
+        thumb = cv2.resize(sparse, (THUMB, THUMB), interpolation=cv2.INTER_AREA)
         return np.asarray(thumb, np.float32).mean(axis=2)
 
 

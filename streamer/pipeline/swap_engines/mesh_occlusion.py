@@ -37,7 +37,7 @@ import cv2
 import numpy as np
 from numpy.typing import NDArray
 
-from gpu_ops.masks import Mask, feather_inside_cpu, feather_outside_cpu, fill_polygons_cpu, smoothstep
+from gpu_ops.masks import Mask, feather_outside_cpu, fill_polygons_cpu, smoothstep
 from gpu_ops.occlusion_mask import cell_average
 from gpu_ops.skin_model import (
     SkinColourModel,
@@ -53,7 +53,7 @@ from streamer.pipeline.swap_engines.mesh_skin import (
     feature_region,
     sample_region,
 )
-from streamer.pipeline.swap_engines.mesh_source import MeshSourceConfig, lowered_outline
+from streamer.pipeline.swap_engines.mesh_source import MeshSourceConfig, depth, lowered_outline
 from streamer.pipeline.swap_engines.occlusion_regions import bridged, joined, mirror_rows, regions
 
 logger = logging.getLogger(__name__)
@@ -77,8 +77,8 @@ LIPS_NEUTRAL = (
 )  # how far towards grey a pixel lies (0 skin, 1 grey): an occluder from..to (all that counts on the lips)
 FADE_COVER = (0.4, 0.65)  # share of the oval covered: the swap starts fading, is gone
 FADE_WEIGHT = 0.35  # of the new frame in the track's fade (a fade takes a few frames)
-REFIT_FRAMES = 15  # a track's skin model is refitted this often...
-REFIT_WEIGHT = 0.2  # ...with this weight of the new fit...
+REFIT_FRAMES = 30  # a track's skin model is refitted this often (a fit costs ~2 ms)...
+REFIT_WEIGHT = 0.3  # ...with this weight of the new fit...
 REFIT_MAX_COVER = 0.02  # ...from frames covered less than this
 OCCLUDED_FRAME = 0.03  # a face covered over this share of its oval counts as occluded (/metrics)
 
@@ -140,16 +140,6 @@ def _average_models(old: SkinColourModel, new: SkinColourModel, weight: float) -
     )
 
 
-def _neutrality(image: NDArray[np.uint8], model: SkinColourModel, blur_px: float) -> NDArray[np.float32]:
-    """How far each pixel's chromaticity lies from the skin's towards neutral grey (0 skin, 1 grey)."""
-    pixels = cv2.GaussianBlur(image.astype(np.float32), (0, 0), blur_px) if blur_px > 0 else image
-    pixels = np.asarray(pixels, np.float32)
-    chroma = (pixels[..., :2] + 1.0) / (pixels.sum(axis=2, keepdims=True) + 3.0)
-    to_neutral = np.float32(1.0 / 3.0) - model.chroma_mean
-    along = (chroma - model.chroma_mean) @ to_neutral / max(float(to_neutral @ to_neutral), 1e-9)
-    return np.asarray(along, np.float32)
-
-
 def _previous_mask(
     track: OcclusionTrack, origin: tuple[float, float], scale: float, size: tuple[int, int]
 ) -> Mask:
@@ -196,7 +186,8 @@ def face_occlusion(
     oval = fill_polygons_cpu(size, [lowered_outline(points, MeshSourceConfig().forehead_drop)]) > 0
     lips = fill_polygons_cpu(size, [points[list(topology.LIPS_OUTER)]]) > 0
     eyes = [points[list(topology.RIGHT_EYE)], points[list(topology.LEFT_EYE)]]
-    features = feature_region(points, size, eyes)
+    eyes_and_brows = feature_region(points, size, eyes, with_nose=False)
+    features = np.maximum(eyes_and_brows, fill_polygons_cpu(size, [_hull(points, topology.NOSE)]))
     model = track.model if track is not None and track.model is not None else None
     if model is None:
         try:
@@ -225,11 +216,10 @@ def face_occlusion(
     )
     # grey, white or black: a pale face's skin lies only a few of its own spreads from neutral, so the
     # chroma score alone lets a white cup pass as a highlight
-    neutral = smoothstep(
-        (_neutrality(small, model, 0.0) - LIPS_NEUTRAL[0]) / (LIPS_NEUTRAL[1] - LIPS_NEUTRAL[0])
-    )
+    neutral = smoothstep((scores.towards_neutral - LIPS_NEUTRAL[0]) / (LIPS_NEUTRAL[1] - LIPS_NEUTRAL[0]))
     # (not near the outline: a grey or white background, a collar, are past the face there)
-    deep = feather_inside_cpu(oval.astype(np.uint8), NEUTRAL_FROM * face_height)
+    inside_by = depth(oval)
+    deep = smoothstep(inside_by / np.float32(NEUTRAL_FROM * face_height))
     evidence = np.maximum(np.maximum(1.0 - scores.chroma, dark_evidence), neutral * deep)
     on_lips = lips.astype(np.float32)
     evidence = evidence * (1.0 - on_lips) + np.minimum(evidence, neutral) * on_lips
@@ -237,7 +227,7 @@ def face_occlusion(
     inner_mouth = fill_polygons_cpu(size, [points[list(topology.LIPS_INNER)]]) > 0
     # along the outline the background and the collar past a jaw are the rim guard's (gpu_ops.rim_guard):
     # counted from OUTLINE_ZONE inside, an occluder crossing the outline is found by its inner part
-    interior = feather_inside_cpu(oval.astype(np.uint8), OUTLINE_ZONE * face_height)
+    interior = smoothstep(inside_by / np.float32(OUTLINE_ZONE * face_height))
     rim_evidence = (evidence * (1.0 - interior) * oval * ~inner_mouth).astype(np.float32)
     evidence = (evidence * interior * ~inner_mouth).astype(np.float32)
     previous = _previous_mask(track, origin, scale, size) if track is not None else None
@@ -248,7 +238,6 @@ def face_occlusion(
     # a feature is covered where an occluder found outside it runs on into it (a bar across an eye, a
     # phone over the nose); dark brows or nostrils on their own are never occluders
     # (the nose has no dark of its own but its nostrils, so there all that joins the occluder counts)
-    eyes_and_brows = feature_region(points, size, eyes, with_nose=False)
     gaze = feather_outside_cpu(eyes_and_brows, FEATURE_MARGIN * face_height, 0.015 * face_height)
     candidates = (evidence * protected) > threshold
     crossing = np.maximum(
@@ -279,6 +268,10 @@ def face_occlusion(
         _remember(track, small, points, features, face_height, thresholds, model, cover)
         track.mask, track.origin, track.scale, track.fade = mask, origin, scale, fade
     return Occlusion(mask=mask, factor=factor, cover=cover, fade=fade)
+
+
+def _hull(points: Points, outline: tuple[int, ...]) -> Points:
+    return np.asarray(cv2.convexHull(points[list(outline)]), np.float32).reshape(-1, 2)
 
 
 def _fit(

@@ -168,10 +168,14 @@ def crop_texture(image: Frame, matrix: NDArray[np.float64], size: int) -> NDArra
     return np.ascontiguousarray(crop, dtype=np.uint8)
 
 
+_FACE_OVAL = np.array(topology.FACE_OVAL)
+_BROWS = np.array(topology.RIGHT_EYEBROW + topology.LEFT_EYEBROW)
+
+
 def lowered_outline(mesh: Points, drop: float) -> Points:
     """The face-oval polygon with the part above the brows pulled down towards them (hairline margin)."""
-    outline = mesh[list(topology.FACE_OVAL), :2].astype(np.float32).copy()
-    brow_y = float(mesh[list(topology.RIGHT_EYEBROW) + list(topology.LEFT_EYEBROW), 1].mean())
+    outline = mesh[_FACE_OVAL, :2].astype(np.float32)
+    brow_y = float(mesh[_BROWS, 1].mean())
     above = outline[:, 1] < brow_y
     outline[above, 1] += drop * (brow_y - outline[above, 1])
     return outline

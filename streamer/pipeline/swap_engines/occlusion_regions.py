@@ -48,6 +48,8 @@ MIDLINE = (
     152,
 )
 
+_MIDLINE = np.array(MIDLINE)
+
 
 def mirror_rows(points: Points, oval: NDArray[np.bool_]) -> tuple[NDArray[np.float32], NDArray[np.float32]]:
     """A remap taking each pixel to its mirror image across the face's midline, row by row: the
@@ -55,7 +57,7 @@ def mirror_rows(points: Points, oval: NDArray[np.bool_]) -> tuple[NDArray[np.flo
     narrower). Cheaper than the mesh's triangle-wise mirror and as good for dark regions of some size."""
     height, width = oval.shape
     rows = np.arange(height, dtype=np.float32)
-    line = points[list(MIDLINE)]
+    line = points[_MIDLINE]
     order = np.argsort(line[:, 1])
     middle = np.interp(rows, line[order, 1], line[order, 0]).astype(np.float32)
     any_inside = oval.any(axis=1)
@@ -70,8 +72,8 @@ def mirror_rows(points: Points, oval: NDArray[np.bool_]) -> tuple[NDArray[np.flo
         middle[:, None] - offset * (right_half / left_half),
         middle[:, None] - offset * (left_half / right_half),
     )
-    map_y = np.broadcast_to(rows[:, None], (height, width))
-    return np.ascontiguousarray(map_x, np.float32), np.ascontiguousarray(map_y, np.float32)
+    map_y = np.repeat(rows, width).reshape(height, width)
+    return np.ascontiguousarray(map_x, np.float32), map_y
 
 
 def regions(score: NDArray[np.float32], threshold: NDArray[np.float32], face_height: float) -> Mask:
