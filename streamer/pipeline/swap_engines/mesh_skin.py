@@ -9,9 +9,11 @@ cheek. So, in the texture crop, before any warp:
    wider than `DARK_REGION` of the face height (creases, pores and nostrils are narrower and stay).
    Below the nose, dark is a beard, a moustache, stubble or the shadows of a smile: part of the
    identity, kept where the mirror side of the face is dark as well (a beard is symmetric); dark with
-   no mirror-side counterpart (a hand, a microphone on one cheek) is an occluder there too, and so is
-   a colour unlike skin. The eyes, brows, lips and nose
-   are features with masks of their own, never occluders.
+   no mirror-side counterpart (a hand, a microphone on one cheek) or, inside the face, far darker than
+   it (a patch beside a moustache's end, over stubble) is an occluder there too, and so is a colour
+   unlike skin. The eyes, brows, lips and nose are features with masks of their own, never
+   occluders; dark beside them is their own shade, unless below the nose it is part of a one-sided
+   dark region found away from them (a patch that reaches the mouth corner goes whole, up to the lips).
 3. Each occluded pixel is filled from the mirrored point of the face (the mesh's own left-right map)
    when that one is skin and both sides are lit alike there, its tone matched to this side's
    surrounding skin (under a strong side light the bright side's highlights, scaled down, would make
@@ -52,8 +54,13 @@ DARK_REGION = 0.03  # dark regions narrower than this are skin texture (creases,
 OCCLUDED = 0.25  # an occluder score above this counts
 EDGE_GROWTH = 0.02  # occluders grow by this much: their anti-aliased rim goes with them
 FACIAL_HAIR_FROM, FACIAL_HAIR_RAMP = 0.02, 0.03  # above the nose's base: where a moustache may start
-BEARD_REACH = 0.06  # one-sided dark: the mirror side is bare skin this far around the mirrored point
+BEARD_REACH = 0.06  # a beard's counterpart is looked for this far around the mirrored point
 BARE_SKIN = (0.6, 0.9)  # skin score (colour x brightness) of bare skin: from .. to
+DARKER_THAN_MIRROR = (0.15, 0.3)  # darker than the darkest counterpart by (darkness score): from .. to
+DARKER_RULE_DEPTH = (
+    0.15  # ...a rule for the face's inside: this deep in, fully (a jaw's rim is not lit alike)
+)
+FEATURE_CORE = 0.006  # a dark occluder reaching a feature's margin is taken along to within this of it
 FILL_TONE_SIGMA = 0.12  # the scale at which a mirrored fill takes this side's tone
 FILL_GAIN_LIMITS = (0.5, 2.0)
 SIDES_ALIKE = (float(np.log(1.25)), float(np.log(1.5)))  # |log tone gain| between the sides: alike .. not
@@ -123,6 +130,20 @@ def _grown(score: NDArray[Any], face_height: float) -> Mask:
     return np.asarray(np.minimum(softened * 2.0, 1.0), np.float32)
 
 
+def _seeded(score: NDArray[np.float32], exempt: Mask, face_height: float) -> NDArray[np.float32]:
+    """`score` where the exempt zone does not hold it, and inside the zone too where its region there is
+    joined to an occluder found outside (at least `MIN_OCCLUDER` squared)."""
+    outside = (score * (1.0 - exempt) > OCCLUDED).astype(np.uint8)
+    _, seed_labels, stats, _ = cv2.connectedComponentsWithStats(outside, connectivity=8)
+    large = stats[:, cv2.CC_STAT_AREA] >= (MIN_OCCLUDER * face_height) ** 2
+    large[0] = False
+    count, labels = cv2.connectedComponents((score > OCCLUDED).astype(np.uint8), connectivity=8)
+    joined = np.zeros(count, bool)
+    joined[labels[large[seed_labels]]] = True
+    joined[0] = False
+    return np.asarray(np.where(joined[labels], score, score * (1.0 - exempt)), np.float32)
+
+
 def fill_occluders(
     texture: NDArray[np.uint8],
     mesh: Points,
@@ -143,37 +164,52 @@ def fill_occluders(
     rows = np.arange(size[1], dtype=np.float32)[:, None]
     start = float(mesh[topology.NOSE_BASE_MIDDLE, 1]) - FACIAL_HAIR_FROM * face_height
     facial_hair = smoothstep((rows - start) / (FACIAL_HAIR_RAMP * face_height))
-    dark = scores.chroma * (1.0 - scores.luma)  # skin-coloured but far darker
+    dark = (scores.chroma * (1.0 - scores.luma)).astype(np.float32)  # skin-coloured but far darker
+    inside = (face_region > 0).astype(np.float32)
     map_x, map_y = mirror_field(mesh, size)
-    # below the nose dark is a beard unless the mirror side is bare, lit skin all around: a beard is
-    # symmetric, a hand or a microphone on one cheek is not (a beard's two sides differ in shade and
-    # outline, so anything but clear skin near the mirrored point keeps the dark as identity)
+
+    def mirrored(image: NDArray[np.float32], outside: float = 0.0) -> NDArray[np.float32]:
+        remapped = cv2.remap(
+            image, map_x, map_y, cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT, borderValue=outside
+        )
+        return np.asarray(remapped, np.float32)
+
+    # below the nose dark is a beard, for a beard is symmetric and a hand or a microphone on one cheek
+    # is not: dark is an occluder where the mirror side is bare, lit skin all around the mirrored point
+    # (a beard's two sides differ in shade and outline, hence the reach), and inside the face also where
+    # it is far darker than the darkest of the mirror side around it (a patch beside a moustache's end,
+    # over stubble). A mirrored point off the face counts as a counterpart (a turned face's far jaw).
+    reach = disc(BEARD_REACH * face_height)
     bare = (scores.chroma * scores.luma).astype(np.float32)
-    mirrored_bare = cv2.remap(bare, map_x, map_y, cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT)
-    mirrored_bare = cv2.erode(mirrored_bare, disc(BEARD_REACH * face_height))
-    one_sided = dark * smoothstep((mirrored_bare - BARE_SKIN[0]) / (BARE_SKIN[1] - BARE_SKIN[0]))
-    one_sided = one_sided * facial_hair * np.float32(beard_symmetry)
+    mirror_bare = smoothstep(
+        (cv2.erode(mirrored(bare), reach) - BARE_SKIN[0]) / (BARE_SKIN[1] - BARE_SKIN[0])
+    )
+    counterpart = cv2.dilate(np.maximum(mirrored(dark), 1.0 - mirrored(inside, 1.0)), reach)
+    lo, hi = DARKER_THAN_MIRROR
+    depth_px = cv2.distanceTransform(inside.astype(np.uint8), cv2.DIST_L2, cv2.DIST_MASK_PRECISE)
+    darker = smoothstep((dark - counterpart - lo) / (hi - lo)) * smoothstep(
+        depth_px / (DARKER_RULE_DEPTH * face_height)
+    )
+    one_sided = dark * np.maximum(mirror_bare, darker) * facial_hair * np.float32(beard_symmetry)
     dark = dark * (1.0 - facial_hair)
     protected = feather_outside_cpu(features, FEATURE_MARGIN * face_height, FEATURE_FEATHER * face_height)
     sockets = feather_outside_cpu(features, SOCKET_MARGIN * face_height, FEATURE_FEATHER * face_height)
+    core = feather_outside_cpu(features, 0.0, FEATURE_CORE * face_height)
     unlike_skin = _grown((1.0 - scores.chroma) * (1.0 - protected), face_height)
     dark_regions = cv2.morphologyEx(dark, cv2.MORPH_OPEN, disc(DARK_REGION * face_height))
-    # (not beside the features: the shade of a smile's folds differs from side to side in a side light)
     one_sided = np.asarray(
         cv2.morphologyEx(one_sided, cv2.MORPH_OPEN, disc(DARK_REGION * face_height)), np.float32
     )
-    darkness = _grown(np.maximum(dark_regions, one_sided) * (1.0 - sockets), face_height)
-    occluded = np.maximum(unlike_skin, darkness) * (1.0 - protected)
+    # dark beside the features is their own shade (eye sockets; a smile's folds differ from side to
+    # side in a side light), unless below the nose it belongs to a one-sided dark region found away
+    # from them: a patch reaching the mouth corner is taken whole, up to the lips themselves
+    darkness = _grown(dark_regions * (1.0 - sockets), face_height)
+    one_sided = _grown(_seeded(one_sided, sockets, face_height), face_height)
+    occluded = np.maximum(np.maximum(unlike_skin, darkness) * (1.0 - protected), one_sided * (1.0 - core))
     keep = (1.0 - occluded).astype(np.float32)
-    inside = (face_region > 0).astype(np.float32)
     pixels = texture.astype(np.float32)
     from_mirror = np.zeros_like(keep)
     if fill == "mirror":
-
-        def mirrored(image: NDArray[np.float32]) -> NDArray[np.float32]:
-            remapped = cv2.remap(image, map_x, map_y, cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT)
-            return np.asarray(remapped, np.float32)
-
         mirror_pixels, mirror_keep = mirrored(pixels), mirrored(keep)
         sigma = FILL_TONE_SIGMA * face_height
         gain = np.clip(

@@ -1,8 +1,9 @@
 """Source skin mask on a synthetic face (the stored 468-point mesh, painted skin, dark brows and eyes).
 
 An occluder on one cheek is filled from the other cheek; on both cheeks it is left to the target;
-dark below the nose (a beard) is kept; features are never occluders; under a strong side light the
-bright side does not fill the shaded one; `occluder_fill="target"` never mirrors.
+dark below the nose (a beard) is kept, a patch far darker than the stubble opposite is not; a dark patch
+reaching the mouth corner goes whole, up to the lips; features are never occluders; under a strong side
+light the bright side does not fill the shaded one; `occluder_fill="target"` never mirrors.
 """
 
 from dataclasses import replace
@@ -175,3 +176,51 @@ def test_under_a_side_light_the_bright_side_does_not_fill_the_shaded_one() -> No
     cv2.line(even, start, end, (110, 112, 116), thickness)
     evenly_lit, _, _ = filled(even, even_mesh)
     assert evenly_lit.paste[core].min() > 0.95  # the same band on an evenly lit face is mirrored
+
+
+def stubble(image: Frame, mesh: Points, seed: int = 5) -> Frame:
+    """Both lower cheeks and the chin under short dark stubble, below the nose's base: skin between
+    hairs a pixel or two wide, a third of it covered."""
+    rng = np.random.default_rng(seed)
+    hairs = cv2.dilate((rng.random(image.shape[:2]) < 0.12).astype(np.uint8), np.ones((2, 1), np.uint8))
+    lower = np.round(mesh[[172, 136, 150, 149, 176, 148, 152, 377, 400, 378, 379, 365, 397, 288, 436, 216], :2]).astype(np.int32)  # fmt: skip
+    zone = np.zeros(image.shape[:2], np.uint8)
+    cv2.fillPoly(zone, [cv2.convexHull(lower)], 1)
+    shade = np.where(hairs > 0, 0.35, 0.85).astype(np.float32)[..., None]
+    return np.where(zone[..., None] > 0, image * shade, image).astype(np.uint8)
+
+
+def test_a_patch_far_darker_than_the_stubble_opposite_is_an_occluder(face: tuple[Frame, Points]) -> None:
+    image, mesh = face
+    stubbled = stubble(image, mesh)
+    patched = stubbled.copy()
+    between = 0.55 * mesh[61, :2] + 0.45 * mesh[172, :2]  # between the mouth corner and the jaw
+    # the skin's hue, far darker
+    cv2.circle(patched, tuple(np.round(between).astype(int)), 14, (40, 30, 25), -1)
+    clean, matrix, _ = filled(stubbled, mesh)
+    result, _, _ = filled(patched, mesh)
+    core = painted_region(stubbled, patched, matrix) & (clean.paste > 0.99)
+    assert core.sum() > 200
+    assert result.paste[core].min() > 0.95  # filled from the stubble opposite...
+    mean_difference = result.texture[core].astype(float).mean(axis=0) - clean.texture[core].mean(axis=0)
+    assert np.abs(mean_difference).max() < 8.0  # ...and looks like it
+    stubble_only = painted_region(image, stubbled, matrix) & ~core & (clean.paste > 0.99)
+    assert clean.paste[stubble_only].mean() > 0.95  # the stubble itself stays
+
+
+def test_a_dark_patch_reaching_the_mouth_corner_is_taken_up_to_the_lips(face: tuple[Frame, Points]) -> None:
+    image, mesh = face
+    painted = image.copy()
+    corner = mesh[61, :2]
+    face_height = float(np.linalg.norm(mesh[topology.FOREHEAD_TOP, :2] - mesh[topology.CHIN_BOTTOM, :2]))
+    cv2.circle(painted, tuple(np.round(corner + np.array([-0.05, 0.0]) * face_height).astype(int)), 13, (38, 30, 26), -1)  # fmt: skip
+    result, matrix, texture_mesh = filled(painted, mesh)
+    clean, _, _ = filled(image, mesh)
+    lips = fill_polygons_cpu((384, 384), [texture_mesh[list(topology.LIPS_OUTER), :2]]) > 0
+    near_lips = cv2.dilate(lips.astype(np.uint8), np.ones((5, 5), np.uint8)) > 0
+    core = painted_region(image, painted, matrix) & ~near_lips & (clean.paste > 0.99)
+    assert core.sum() > 150
+    # no part of the patch beside the lips is pasted dark: it is filled like the rest of it
+    assert result.texture[core].astype(float).mean(axis=1).min() > 100.0
+    assert result.paste[core].min() > 0.9
+    assert result.paste[lips & (clean.paste > 0.99)].mean() > 0.95  # the lips themselves stay
