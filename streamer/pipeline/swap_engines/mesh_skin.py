@@ -186,10 +186,11 @@ def fill_occluders(
     )
     counterpart = cv2.dilate(np.maximum(mirrored(dark), 1.0 - mirrored(inside, 1.0)), reach)
     lo, hi = DARKER_THAN_MIRROR
-    depth_px = cv2.distanceTransform(inside.astype(np.uint8), cv2.DIST_L2, cv2.DIST_MASK_PRECISE)
-    darker = smoothstep((dark - counterpart - lo) / (hi - lo)) * smoothstep(
-        depth_px / (DARKER_RULE_DEPTH * face_height)
+    depth_px = np.asarray(
+        cv2.distanceTransform(inside.astype(np.uint8), cv2.DIST_L2, cv2.DIST_MASK_PRECISE), np.float32
     )
+    far_darker = smoothstep(np.asarray((dark - counterpart - lo) / (hi - lo), np.float32))
+    darker = far_darker * smoothstep(depth_px / np.float32(DARKER_RULE_DEPTH * face_height))
     one_sided = dark * np.maximum(mirror_bare, darker) * facial_hair * np.float32(beard_symmetry)
     dark = dark * (1.0 - facial_hair)
     protected = feather_outside_cpu(features, FEATURE_MARGIN * face_height, FEATURE_FEATHER * face_height)
