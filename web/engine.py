@@ -85,7 +85,7 @@ class DaemonEngine:
             self.loaded.set_exception(error)
             return
         self.binding, self.worker = binding, worker
-        self.cadence = SwapCadence(worker.busy_seconds)
+        self.cadence = SwapCadence(worker.busy_seconds, stalled_seconds=worker.stalled_seconds)
         self.registry = SessionRegistry(self.config.max_sessions, self._create_session, self.metrics)
         for key, value in description.items():
             self.metrics.model_info.labels(key=key, value=value).set(1)

@@ -106,11 +106,17 @@ class BatchWorker:
         self.error: BaseException | None = None
         self.batches = 0
         self._busy_s = 0.0  # time spent in batches, written by the worker thread only
+        self._calls_s = 0.0  # time spent in call() functions, likewise
 
     def busy_seconds(self) -> float:
         """Total time the worker has spent running batches (any thread may read it; sessions sample it
         to see how much headroom is left, streamer/realtime/swap_cadence.py)."""
         return self._busy_s
+
+    def stalled_seconds(self) -> float:
+        """Total time the worker has spent in `call()` functions (a source prepared, a stream set up):
+        frames waited meanwhile, so the swap cadence does not judge the load by such a stretch."""
+        return self._calls_s
 
     @property
     def policy(self) -> BatchPolicy:
@@ -207,10 +213,13 @@ class BatchWorker:
             function, future = self._calls.popleft()
             if not future.set_running_or_notify_cancel():
                 continue
+            started = time.perf_counter()
             try:
                 future.set_result(function())
             except Exception as error:  # noqa: BLE001 - handed to the awaiting caller
                 future.set_exception(error)
+            finally:
+                self._calls_s += time.perf_counter() - started
 
     def _submit_new_frames(self) -> None:
         """Every lane's newest frame into the batcher; under the lanes lock, so a detached lane's frame

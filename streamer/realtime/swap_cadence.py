@@ -14,8 +14,13 @@ it admitted, and looks at how busy the worker was:
   `lower_above_busy` of the time, for `windows_to_lower` windows: swap fewer frames; as few as the
   worker managed (share x what came back, with a margin), at least one step down the ladder;
 - all of them came back for `windows_to_raise` windows and the worker, busy `b`, would be busy
-  `b x next share / share` one step up, under `raise_below_busy`: one step up. Projecting the load keeps
-  the cadence from flapping between two steps.
+  `b x higher share / share` under `raise_below_busy`: up to the highest such share (a call that
+  joined at a low share climbs back in one move, not one step per `windows_to_raise`). Projecting the
+  load keeps the cadence from flapping between two steps.
+A window in which the worker spent more than `stalled_above` of its time on other calls than frames
+(a source being prepared, a stream set up: `stalled_seconds`) is not judged: what it swapped says
+nothing about the frame load, and three calls joining at once would otherwise send the share to the
+bottom of the ladder.
 """
 
 import logging
@@ -43,21 +48,25 @@ class CadencePolicy:
     raise_below_busy: float = 0.8  # projected worker busy fraction one step up
     windows_to_raise: int = 4
     margin: float = 0.9  # a new share is this much below what the worker managed
+    stalled_above: float = 0.05  # worker time on calls other than frames, in a window: not judged
 
 
 class SwapCadence:
     """Which of the sessions' frames to swap; event loop only. `busy_seconds()` is the worker's total busy time so far
-    (monotonic, read from any thread); `clock` is injectable for tests."""
+    (monotonic, read from any thread), `stalled_seconds()` its total time on other calls than frames;
+    `clock` is injectable for tests."""
 
     def __init__(
         self,
         busy_seconds: Callable[[], float],
         policy: CadencePolicy | None = None,
         *,
+        stalled_seconds: Callable[[], float] = lambda: 0.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.policy = policy or CadencePolicy()
         self._busy_seconds = busy_seconds
+        self._stalled_seconds = stalled_seconds
         self._clock = clock
         self.share = SHARES[0]
         self.reason = "swapping every frame"
@@ -65,6 +74,7 @@ class SwapCadence:
         self._credit: dict[str, Fraction] = {}  # per session: spreads its admitted frames evenly
         self._window_start = clock()
         self._busy_at_start = busy_seconds()
+        self._stalled_at_start = stalled_seconds()
         self._admitted = 0
         self._swapped = 0
         self._short_windows = 0
@@ -98,11 +108,13 @@ class SwapCadence:
         elapsed = now - self._window_start
         if elapsed < self.policy.window_s:
             return
-        busy_now = self._busy_seconds()
+        busy_now, stalled_now = self._busy_seconds(), self._stalled_seconds()
         busy = (busy_now - self._busy_at_start) / elapsed
+        stalled = (stalled_now - self._stalled_at_start) / elapsed
         admitted, swapped = self._admitted, self._swapped
         self._window_start, self._busy_at_start, self._admitted, self._swapped = now, busy_now, 0, 0
-        if admitted == 0:
+        self._stalled_at_start = stalled_now
+        if admitted == 0 or stalled > self.policy.stalled_above:
             return
         self.worker_busy = min(1.0, busy)
         ratio = min(1.0, swapped / admitted)
@@ -111,8 +123,11 @@ class SwapCadence:
         self._short_windows = self._short_windows + 1 if short else 0
         self._worst_ratio = min(self._worst_ratio, ratio) if short else 1.0
         step = SHARES.index(self.share)
-        up = SHARES[step - 1] if step > 0 else None
-        roomy = up is not None and ratio >= 0.95 and busy * float(up / self.share) < policy.raise_below_busy
+        fitting = [
+            share for share in SHARES[:step] if busy * float(share / self.share) < policy.raise_below_busy
+        ]
+        up = fitting[0] if fitting else None
+        roomy = up is not None and ratio >= 0.95
         self._roomy_windows = self._roomy_windows + 1 if roomy else 0
         if self._short_windows >= policy.windows_to_lower and step + 1 < len(SHARES):
             managed = float(self.share) * self._worst_ratio * policy.margin

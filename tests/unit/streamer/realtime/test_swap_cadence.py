@@ -69,19 +69,41 @@ def test_it_never_swaps_fewer_than_the_last_share() -> None:
     assert cadence.share == SHARES[-1]
 
 
-def test_room_on_the_worker_brings_more_frames_back_one_step_at_a_time() -> None:
+def test_room_on_the_worker_brings_more_frames_back_as_far_as_the_projected_load_fits() -> None:
     clock = Clock()
     cadence = make(clock)
     for _ in range(3):
         run_window(cadence, clock, 30, swapped_share=0.5, busy=1.0)
     low = cadence.share
-    assert low < Fraction(1, 2)
+    assert low == Fraction(2, 5)  # 0.9 x the half it managed
     for _ in range(4):
-        run_window(cadence, clock, 30, swapped_share=1.0, busy=0.3)
+        run_window(cadence, clock, 30, swapped_share=1.0, busy=0.35)
     assert cadence.share == low  # not before `windows_to_raise` roomy windows have been judged
-    run_window(cadence, clock, 30, swapped_share=1.0, busy=0.3)
-    assert cadence.share == SHARES[SHARES.index(low) - 1] and cadence.reason.startswith("raised: ")
-    assert cadence.describe()["worker_busy"] == 0.3  # what the page shows next to the share
+    run_window(cadence, clock, 30, swapped_share=1.0, busy=0.35)
+    # in one move, to the highest share at which the worker would be busy under 80 %: 0.35 x 3/4 / 2/5
+    # is 66 %, every frame would be 88 %
+    assert cadence.share == Fraction(3, 4) and cadence.reason.startswith("raised: ")
+    assert cadence.describe()["worker_busy"] == 0.35  # what the page shows next to the share
+    for _ in range(5):  # at 3/4 the worker is 50 % busy: every frame would be 67 %
+        run_window(cadence, clock, 30, swapped_share=1.0, busy=0.5)
+    assert cadence.share == 1
+
+
+def test_a_window_the_worker_spent_on_other_calls_is_not_judged() -> None:
+    """Three calls joining at once: their sources are prepared and their streams set up on the worker
+    while their first frames wait. That window says nothing about the frame load."""
+    clock = Clock()
+    stalled = [0.0]
+    cadence = SwapCadence(
+        lambda: clock.busy, CadencePolicy(), stalled_seconds=lambda: stalled[0], clock=clock
+    )
+    for _ in range(3):
+        stalled[0] += 0.4  # 400 ms a window of source preparation
+        run_window(cadence, clock, 30, swapped_share=0.2, busy=1.0)
+    assert cadence.share == 1
+    run_window(cadence, clock, 30, swapped_share=0.2, busy=1.0)
+    run_window(cadence, clock, 30, swapped_share=0.2, busy=1.0)
+    assert cadence.share < Fraction(1, 4)  # the same load without the calls is judged
 
 
 def test_a_busy_worker_keeps_the_lower_share_even_when_every_frame_comes_back() -> None:
