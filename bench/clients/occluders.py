@@ -50,12 +50,44 @@ def cup(image: Frame, mesh: Points) -> Frame:
     return painted
 
 
+def glasses_frame(image: Frame, mesh: Points) -> Frame:
+    """A dark glasses frame, its rims 3 % of the face height thick: a rounded rim around each eye (over
+    the brows' lower edge above, the cheek's top below), a bridge over the nose and the temples running
+    out to the face's sides."""
+    height, painted = _height(mesh), image.copy()
+    thickness = max(1, round(0.03 * height))
+    colour = (25, 25, 28)
+    rims = []
+    for eye, outer in ((33, 133, 159, 145), 234), ((263, 362, 386, 374), 454):
+        corner_a, corner_b, top, bottom = (mesh[i, :2] for i in eye)
+        centre = (corner_a + corner_b) / 2 + np.array([0.0, 0.01 * height])
+        half_width = 0.62 * float(np.linalg.norm(corner_a - corner_b)) + 0.03 * height
+        half_height = 0.55 * float(np.linalg.norm(top - bottom)) + 0.07 * height
+        axes = (round(half_width), round(half_height))
+        cv2.ellipse(painted, _pt(centre), axes, 0.0, 0.0, 360.0, colour, thickness, cv2.LINE_AA)
+        side = centre + np.array([half_width if outer == 454 else -half_width, -0.02 * height])
+        cv2.line(painted, _pt(side), _pt(mesh[outer, :2]), colour, thickness, cv2.LINE_AA)
+        rims.append(centre + np.array([-half_width if outer == 454 else half_width, -0.02 * height]))
+    cv2.line(painted, _pt(rims[0]), _pt(rims[1]), colour, thickness, cv2.LINE_AA)
+    return painted
+
+
 def lower_cheek_patch(image: Frame, mesh: Points) -> Frame:
     """A dark patch (a hand's shadow, a microphone) 12 % of the face height across, on the subject's right
     lower cheek beside the mouth corner, centred below the nose's base (clear of the lips' own margin)."""
+    return beard_zone_patch(image, mesh, "right", (-0.1, -0.05), 0.06)
+
+
+def beard_zone_patch(
+    image: Frame, mesh: Points, side: str, offset: tuple[float, float], radius: float
+) -> Frame:
+    """A dark disc of `radius` (share of the face height) beside the mouth corner of the subject's
+    `side` ("right": image-left), its centre `offset` (x outwards from the mouth as negative, y down)
+    in shares of the face height: the beard zone's one-sided occluders of issue 18, anywhere on it."""
     height, painted = _height(mesh), image.copy()
-    centre = mesh[61, :2] + np.array([-0.1, -0.05]) * height
-    cv2.circle(painted, _pt(centre), round(0.06 * height), (38, 30, 26), -1)
+    corner, outward = (mesh[61, :2], 1.0) if side == "right" else (mesh[291, :2], -1.0)
+    centre = corner + np.array([offset[0] * outward, offset[1]]) * height
+    cv2.circle(painted, _pt(centre), round(radius * height), (38, 30, 26), -1)
     return painted
 
 
