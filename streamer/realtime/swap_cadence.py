@@ -13,7 +13,8 @@ it admitted, and looks at how busy the worker was:
 - fewer than `lower_below` of the admitted frames came back, or the worker was busy more than
   `lower_above_busy` of the time, for `windows_to_lower` windows: swap fewer frames; as few as the
   worker managed (share x what came back, with a margin), at least one step down the ladder;
-- all of them came back for `windows_to_raise` windows and the worker, busy `b`, would be busy
+- at least `raise_above_returned` of them came back (the mailbox's newest-wins drops aside) for
+  `windows_to_raise` windows and the worker, busy `b`, would be busy
   `b x higher share / share` under `raise_below_busy`: up to the highest such share (a call that
   joined at a low share climbs back in one move, not one step per `windows_to_raise`). Projecting the
   load keeps the cadence from flapping between two steps.
@@ -45,7 +46,8 @@ class CadencePolicy:
     lower_below: float = 0.8  # swapped / admitted in a window
     lower_above_busy: float = 0.9  # worker busy fraction in a window: saturated, frames wait for it
     windows_to_lower: int = 2
-    raise_below_busy: float = 0.8  # projected worker busy fraction one step up
+    raise_below_busy: float = 0.8  # projected worker busy fraction at the higher share
+    raise_above_returned: float = 0.9  # swapped / admitted in a window that counts as roomy
     windows_to_raise: int = 4
     margin: float = 0.9  # a new share is this much below what the worker managed
     stalled_above: float = 0.05  # worker time on calls other than frames, in a window: not judged
@@ -127,7 +129,7 @@ class SwapCadence:
             share for share in SHARES[:step] if busy * float(share / self.share) < policy.raise_below_busy
         ]
         up = fitting[0] if fitting else None
-        roomy = up is not None and ratio >= 0.95
+        roomy = up is not None and ratio >= policy.raise_above_returned
         self._roomy_windows = self._roomy_windows + 1 if roomy else 0
         if self._short_windows >= policy.windows_to_lower and step + 1 < len(SHARES):
             managed = float(self.share) * self._worst_ratio * policy.margin
