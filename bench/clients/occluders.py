@@ -58,16 +58,17 @@ def glasses_frame(image: Frame, mesh: Points) -> Frame:
     thickness = max(1, round(0.03 * height))
     colour = (25, 25, 28)
     rims = []
-    for eye, outer in ((33, 133, 159, 145), 234), ((263, 362, 386, 374), 454):
+    # (eye corners, lid top, lid bottom), the face's side it faces, and which way that is in the image
+    for eye, outer, outward in (((33, 133, 159, 145), 234, -1.0), ((263, 362, 386, 374), 454, 1.0)):
         corner_a, corner_b, top, bottom = (mesh[i, :2] for i in eye)
         centre = (corner_a + corner_b) / 2 + np.array([0.0, 0.01 * height])
         half_width = 0.62 * float(np.linalg.norm(corner_a - corner_b)) + 0.03 * height
         half_height = 0.55 * float(np.linalg.norm(top - bottom)) + 0.07 * height
         axes = (round(half_width), round(half_height))
         cv2.ellipse(painted, _pt(centre), axes, 0.0, 0.0, 360.0, colour, thickness, cv2.LINE_AA)
-        side = centre + np.array([half_width if outer == 454 else -half_width, -0.02 * height])
+        side = centre + np.array([outward * half_width, -0.02 * height])
         cv2.line(painted, _pt(side), _pt(mesh[outer, :2]), colour, thickness, cv2.LINE_AA)
-        rims.append(centre + np.array([-half_width if outer == 454 else half_width, -0.02 * height]))
+        rims.append(centre + np.array([-outward * half_width, -0.02 * height]))
     cv2.line(painted, _pt(rims[0]), _pt(rims[1]), colour, thickness, cv2.LINE_AA)
     return painted
 

@@ -32,7 +32,14 @@ import cv2
 import numpy as np
 from numpy.typing import NDArray
 
-from gpu_ops.masks import BinaryMask, Mask, feather_outside_cpu, fill_polygons_cpu, smoothstep
+from gpu_ops.masks import (
+    BinaryMask,
+    Mask,
+    feather_inside_cpu,
+    feather_outside_cpu,
+    fill_polygons_cpu,
+    smoothstep,
+)
 from gpu_ops.mesh_warp import RemapField, build_remap_cpu
 from gpu_ops.skin_model import SkinColourModel, SkinThresholds, fit_skin_model_cpu, score_skin_cpu
 from models import face_mesh_topology as topology
@@ -57,9 +64,7 @@ FACIAL_HAIR_FROM, FACIAL_HAIR_RAMP = 0.02, 0.03  # above the nose's base: where 
 BEARD_REACH = 0.06  # a beard's counterpart is looked for this far around the mirrored point
 BARE_SKIN = (0.6, 0.9)  # skin score (colour x brightness) of bare skin: from .. to
 DARKER_THAN_MIRROR = (0.15, 0.3)  # darker than the darkest counterpart by (darkness score): from .. to
-DARKER_RULE_DEPTH = (
-    0.15  # ...a rule for the face's inside: this deep in, fully (a jaw's rim is not lit alike)
-)
+DARKER_RULE_DEPTH = 0.15  # ...inside the face: fully this deep in (a jaw's rim is not lit alike)
 FEATURE_CORE = 0.006  # a dark occluder reaching a feature's margin is taken along to within this of it
 FILL_TONE_SIGMA = 0.12  # the scale at which a mirrored fill takes this side's tone
 FILL_GAIN_LIMITS = (0.5, 2.0)
@@ -118,14 +123,19 @@ def _low_frequency(image: NDArray[np.float32], weights: Mask, sigma: float) -> N
     return np.asarray(weighted / np.maximum(total, 1e-3)[..., None], np.float32)
 
 
+def _large_regions(crisp: NDArray[np.bool_], face_height: float) -> NDArray[np.bool_]:
+    """The 8-connected regions of `crisp` covering at least `MIN_OCCLUDER` squared (no specks)."""
+    _, labels, stats, _ = cv2.connectedComponentsWithStats(crisp.astype(np.uint8), connectivity=8)
+    large = stats[:, cv2.CC_STAT_AREA] >= (MIN_OCCLUDER * face_height) ** 2
+    large[0] = False  # the background label
+    return np.asarray(large[labels], np.bool_)
+
+
 def _grown(score: NDArray[Any], face_height: float) -> Mask:
     """A crisp occluder decision without specks (JPEG noise, a pore), grown past its soft rim and softened
     only on the skin side of it."""
-    crisp = (score > OCCLUDED).astype(np.uint8)
-    _, labels, stats, _ = cv2.connectedComponentsWithStats(crisp, connectivity=8)
-    large = stats[:, cv2.CC_STAT_AREA] >= (MIN_OCCLUDER * face_height) ** 2
-    large[0] = False  # the background label
-    grown = cv2.dilate(large[labels].astype(np.float32), disc(2.0 * EDGE_GROWTH * face_height))
+    large = _large_regions(score > OCCLUDED, face_height)
+    grown = cv2.dilate(large.astype(np.float32), disc(2.0 * EDGE_GROWTH * face_height))
     softened = cv2.GaussianBlur(grown, (0, 0), 0.5 * EDGE_GROWTH * face_height)
     return np.asarray(np.minimum(softened * 2.0, 1.0), np.float32)
 
@@ -133,13 +143,10 @@ def _grown(score: NDArray[Any], face_height: float) -> Mask:
 def _seeded(score: NDArray[np.float32], exempt: Mask, face_height: float) -> NDArray[np.float32]:
     """`score` where the exempt zone does not hold it, and inside the zone too where its region there is
     joined to an occluder found outside (at least `MIN_OCCLUDER` squared)."""
-    outside = (score * (1.0 - exempt) > OCCLUDED).astype(np.uint8)
-    _, seed_labels, stats, _ = cv2.connectedComponentsWithStats(outside, connectivity=8)
-    large = stats[:, cv2.CC_STAT_AREA] >= (MIN_OCCLUDER * face_height) ** 2
-    large[0] = False
+    seeds = _large_regions(score * (1.0 - exempt) > OCCLUDED, face_height)
     count, labels = cv2.connectedComponents((score > OCCLUDED).astype(np.uint8), connectivity=8)
     joined = np.zeros(count, bool)
-    joined[labels[large[seed_labels]]] = True
+    joined[labels[seeds]] = True
     joined[0] = False
     return np.asarray(np.where(joined[labels], score, score * (1.0 - exempt)), np.float32)
 
@@ -186,11 +193,8 @@ def fill_occluders(
     )
     counterpart = cv2.dilate(np.maximum(mirrored(dark), 1.0 - mirrored(inside, 1.0)), reach)
     lo, hi = DARKER_THAN_MIRROR
-    depth_px = np.asarray(
-        cv2.distanceTransform(inside.astype(np.uint8), cv2.DIST_L2, cv2.DIST_MASK_PRECISE), np.float32
-    )
     far_darker = smoothstep(np.asarray((dark - counterpart - lo) / (hi - lo), np.float32))
-    darker = far_darker * smoothstep(depth_px / np.float32(DARKER_RULE_DEPTH * face_height))
+    darker = far_darker * feather_inside_cpu(face_region, DARKER_RULE_DEPTH * face_height)
     one_sided = dark * np.maximum(mirror_bare, darker) * facial_hair * np.float32(beard_symmetry)
     dark = dark * (1.0 - facial_hair)
     protected = feather_outside_cpu(features, FEATURE_MARGIN * face_height, FEATURE_FEATHER * face_height)
