@@ -17,7 +17,7 @@ from models.face import Frame
 from streamer.pipeline.capabilities import FEATURE_ENHANCER, FEATURE_REFERENCE, Capabilities
 from streamer.pipeline.choices import ENGINE_NAMES
 from streamer.pipeline.swap_engines.base import NoFaceError
-from streamer.realtime.pipeline_binding import PipelineBinding
+from streamer.realtime.pipeline_binding import BatchPhases, PipelineBinding
 
 # the fake's "face": a box in the middle of the frame, clear of the stamp strip at the top
 FACE_BOX_FRACTIONS = (0.35, 0.3, 0.65, 0.7)  # x1, y1, x2, y2 as fractions of width/height
@@ -90,6 +90,10 @@ class FakePipeline:
     hold: threading.Event | None = None  # when given, every batch waits in the worker until it is set
     calling_threads: set[str] = field(default_factory=set)
     batch_sizes: list[int] = field(default_factory=list)
+    fail_tracking: bool = False  # track_batch raises (the two-phase path)
+    track_threads: set[str] = field(default_factory=set)  # who ran track_batch / swap_tracked
+    swap_threads: set[str] = field(default_factory=set)
+    tracked_values: list[list[int]] = field(default_factory=list)  # each track_batch: its frames' first pixel
 
     def _record_thread(self) -> None:
         self.calling_threads.add(threading.current_thread().name)
@@ -119,17 +123,40 @@ class FakePipeline:
             time.sleep(self.delay_s)
         if self.fail_batches:
             raise RuntimeError("fake pipeline failure")
-        outputs: list[Frame | None] = []
         for job in jobs:
             job.stream.frames += 1
-            if job.source is None or not fake_wants_swap(job.source, job.settings):
-                outputs.append(None)  # untouched
-                continue
-            output = job.frame.copy()
-            x1, y1, x2, y2 = face_box(output)
-            output[y1:y2, x1:x2] = job.source.colour
-            outputs.append(output)
-        return outputs
+        return [self._swapped(job) for job in jobs]
+
+    def track_batch(self, jobs: Sequence[FakeFrameJob]) -> list[FakeFrameJob]:
+        """The first of the two phases (PipelineBinding.phases): counts the stream's frames."""
+        self.track_threads.add(threading.current_thread().name)
+        self.batch_sizes.append(len(jobs))
+        self.tracked_values.append([int(job.frame[0, 0, 0]) for job in jobs])
+        if self.fail_tracking:
+            raise RuntimeError("fake tracking failure")
+        for job in jobs:
+            job.stream.frames += 1
+        return list(jobs)
+
+    def swap_tracked(self, jobs: Sequence[FakeFrameJob]) -> list[Frame | None]:
+        """The second phase: held and delayed like `process_batch`."""
+        self.swap_threads.add(threading.current_thread().name)
+        if self.hold is not None:
+            assert self.hold.wait(timeout=10.0), "the test never released the held batch"
+        if self.delay_s:
+            time.sleep(self.delay_s)
+        if self.fail_batches:
+            raise RuntimeError("fake pipeline failure")
+        return [self._swapped(job) for job in jobs]
+
+    @staticmethod
+    def _swapped(job: FakeFrameJob) -> Frame | None:
+        if job.source is None or not fake_wants_swap(job.source, job.settings):
+            return None  # untouched
+        output = job.frame.copy()
+        x1, y1, x2, y2 = face_box(output)
+        output[y1:y2, x1:x2] = job.source.colour
+        return output
 
     def describe(self) -> dict[str, str]:
         return {"engines": "fake", "default_engine": "fake", "execution_provider": "cpu"}
@@ -140,11 +167,14 @@ class FakePipeline:
         )
 
 
-def fake_binding(pipeline: FakePipeline | None = None) -> PipelineBinding:
+def fake_binding(pipeline: FakePipeline | None = None, *, phases: bool = False) -> PipelineBinding:
+    """`phases`: bind the fake's two phases too, as `serve` binds the real pipeline's."""
+    pipeline = pipeline or FakePipeline()
     return PipelineBinding(
-        pipeline=pipeline or FakePipeline(),
+        pipeline=pipeline,
         make_job=FakeFrameJob,
         default_settings=FakeSwapSettings(),
         update_settings=update_fake_settings,
         wants_swap=fake_wants_swap,
+        phases=BatchPhases(track=pipeline.track_batch, swap=pipeline.swap_tracked) if phases else None,
     )

@@ -16,7 +16,7 @@ from aiohttp import web
 
 from gpu_ops.errors import InvalidInputError
 from streamer.pipeline.config_args import config_from_args
-from streamer.realtime.pipeline_binding import PipelineBinding
+from streamer.realtime.pipeline_binding import BatchPhases, PipelineBinding
 from web.app import create_app
 from web.app_keys import CONFIG_KEY, ENGINE_KEY
 from web.daemon_config import DaemonConfig
@@ -53,6 +53,7 @@ def load_pipeline_binding(args: argparse.Namespace) -> PipelineBinding:
         default_settings=defaults,
         update_settings=settings_with,
         wants_swap=wants_swap,
+        phases=BatchPhases(track=pipeline.track_batch, swap=pipeline.swap_tracked),
     )
 
 

@@ -142,7 +142,8 @@ class TrackStep:
 
 
 class FaceTracker:
-    """Per-stream face tracks; `track(frame)` once per frame, in order. Not thread-safe."""
+    """Per-stream face tracks; `track(frame)` once per frame, in order. Not thread-safe (but for
+    `hold_covered`)."""
 
     def __init__(
         self,
@@ -189,8 +190,10 @@ class FaceTracker:
 
     def hold_covered(self, track_ids: Collection[int]) -> None:
         """The tracks whose swap is fading out for occlusion this frame (held `covered_hold_frames` when
-        the landmarker loses them); every other track is not covered."""
-        for track in self._tracks:
+        the landmarker loses them); every other track is not covered. The one call that may come from
+        another thread (the daemon's swap thread) while `begin`/`finish` of the next frame run: it only
+        sets a flag on the tracks of the moment, so the worst a race does is take effect a frame later."""
+        for track in list(self._tracks):
             track.covered = track.track_id in track_ids
 
     def detection_due(self) -> bool:

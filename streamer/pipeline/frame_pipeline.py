@@ -78,6 +78,16 @@ class FrameJob:
     settings: SwapSettings
 
 
+@dataclass
+class TrackedJob:
+    """A job after `FramePipeline.track_batch`: the engine that swaps it (None: the frame stays as it
+    is) and the faces it swaps, selected."""
+
+    job: FrameJob
+    engine_name: EngineName | None = None
+    faces: list[TrackedFace] = field(default_factory=list)
+
+
 class FramePipeline:
     """Owns the models and the swap engines (loaded once); the streams' state is each caller's
     `StreamState`, so one pipeline serves every stream. See the module docstring."""
@@ -247,49 +257,72 @@ class FramePipeline:
         `wants_swap` declines: no source, swap off, or a source this engine refused).
 
         Faces are tracked per stream, then every engine runs once over all of its jobs' faces
-        (`swap_batch` when the engine has it), so N streams cost one swapper call, not N.
+        (`swap_batch` when the engine has it), so N streams cost one swapper call, not N. The same two
+        halves are `track_batch` and `swap_tracked`, which the daemon's worker runs on two threads so
+        that one batch's detection and landmarks overlap the previous batch's swap.
         """
-        outputs: list[Frame | None] = [None] * len(jobs)
-        pending: dict[EngineName, list[tuple[int, list[TrackedFace]]]] = {}
         started = time.perf_counter()
-        swapping: list[tuple[int, EngineName]] = []
-        for index, job in enumerate(jobs):
+        tracked = self.track_batch(jobs)
+        outputs = self.swap_tracked(tracked)
+        if any(item.engine_name is not None for item in tracked):
+            self.timer.record("total", time.perf_counter() - started)
+        return outputs
+
+    def track_batch(self, jobs: Sequence[FrameJob]) -> list[TrackedJob]:
+        """The first half of `process_batch`: each job's faces, tracked and selected, in job order.
+        Touches the streams' trackers only (never their swap memory), so it may run while
+        `swap_tracked` works on an earlier batch of the same streams on another thread."""
+        started = time.perf_counter()
+        tracked = [TrackedJob(job) for job in jobs]
+        swapping: list[TrackedJob] = []
+        for item in tracked:
+            job = item.job
             job.stream.frames += 1
             if not wants_swap(job.source, job.settings):
                 continue
             assert job.source is not None
             engine_name = self.engine_for(job.settings).name
             if engine_name in job.source.per_engine:  # else refused by this engine (logged when prepared)
-                swapping.append((index, engine_name))
-        tracked_faces = self._track_batched([jobs[index] for index, _ in swapping])
-        for (index, engine_name), faces in zip(swapping, tracked_faces):
-            selected = self._select(jobs[index].frame, faces, jobs[index])
-            if selected:
-                pending.setdefault(engine_name, []).append((index, selected))
-        tracked = time.perf_counter()
-        for engine_name, items in pending.items():
+                item.engine_name = engine_name
+                swapping.append(item)
+        tracked_faces = self._track_batched([item.job for item in swapping])
+        for item, faces in zip(swapping, tracked_faces):
+            item.faces = self._select(item.job.frame, faces, item.job)
+        if swapping:
+            self.timer.record("track", time.perf_counter() - started)
+        return tracked
+
+    def swap_tracked(self, tracked: Sequence[TrackedJob]) -> list[Frame | None]:
+        """The second half of `process_batch`: every engine once over its jobs' faces; None where a job
+        has nothing to swap. Touches the streams' swap memory, and tells each tracker which of its faces
+        are covered (a plain flag per track, safe beside `track_batch` of the next frame)."""
+        outputs: list[Frame | None] = [None] * len(tracked)
+        started = time.perf_counter()
+        pending: dict[EngineName, list[int]] = {}
+        for index, item in enumerate(tracked):
+            if item.engine_name is not None and item.faces:
+                pending.setdefault(item.engine_name, []).append(index)
+        for engine_name, indices in pending.items():
             engine = self.engines[engine_name]
             batch = [
                 (
-                    jobs[index].frame,
-                    faces,
-                    self._source_for(jobs[index], engine_name),
-                    self._options(jobs[index]),
+                    tracked[index].job.frame,
+                    tracked[index].faces,
+                    self._source_for(tracked[index].job, engine_name),
+                    self._options(tracked[index].job),
                 )
-                for index, faces in items
+                for index in indices
             ]
             swap_batch = getattr(engine, "swap_batch", None)
             swapped = swap_batch(batch) if swap_batch else [engine.swap(*item) for item in batch]
             covered = getattr(engine, "covered_tracks", None)  # the tracker holds a covered face
-            for (index, _), frame in zip(items, swapped):
+            for index, frame in zip(indices, swapped):
                 outputs[index] = frame
                 if covered is not None:
-                    jobs[index].stream.tracker.hold_covered(covered(jobs[index].stream.memory))
-        finished = time.perf_counter()
-        if swapping:
-            self.timer.record("track", tracked - started)
-            self.timer.record("swap", finished - tracked)
-            self.timer.record("total", finished - started)
+                    stream = tracked[index].job.stream
+                    stream.tracker.hold_covered(covered(stream.memory))
+        if any(item.engine_name is not None for item in tracked):
+            self.timer.record("swap", time.perf_counter() - started)
         return outputs
 
     def _track_batched(self, jobs: Sequence[FrameJob]) -> list[list[TrackedFace]]:
@@ -400,5 +433,5 @@ def wants_swap(source: SourceIdentity | None, settings: SwapSettings) -> bool:
     return source is not None and settings.swap_enabled
 
 
-__all__ = ["ENGINE_NAMES", "FrameJob", "FramePipeline", "SourceIdentity", "StreamState", "identity_distance",
-           "wants_swap"]  # fmt: skip
+__all__ = ["ENGINE_NAMES", "FrameJob", "FramePipeline", "SourceIdentity", "StreamState", "TrackedJob",
+           "identity_distance", "wants_swap"]  # fmt: skip

@@ -9,6 +9,11 @@ first frame, round-robin when more sessions wait than fit. Other blocking pipeli
 new_stream) go through `call()` and run between batches, so the pipeline, which is not thread-safe, is
 only ever touched by this thread.
 
+Where the pipeline comes in two phases (`PipelineBinding.phases`) and the frame conversion allows it, a
+second thread (`SwapStage`) swaps, converts back and delivers batch k while this one converts and tracks
+batch k+1: on a 2-core CPU the two halves overlap instead of taking turns on one core. This thread
+still owns everything else: calls, the mailboxes, the batcher, each stream's tracking.
+
 Faults stay with the session that caused them: a batch that raises is retried one frame at a time, so
 only the failing session's frame passes through; a session whose frames fail `MAX_LANE_FAILURES` times in
 a row is reported through `on_lane_failed` (the daemon ends it). A frame the decoder mangled is dropped.
@@ -20,6 +25,7 @@ import asyncio
 import concurrent.futures
 import functools
 import logging
+import os
 import threading
 import time
 from collections import deque
@@ -34,6 +40,7 @@ from streamer.realtime.frame_conversion import FrameConversion, HostFrameConvers
 from streamer.realtime.metrics import DaemonMetrics
 from streamer.realtime.micro_batcher import Batch, BatchPolicy, MicroBatcher
 from streamer.realtime.pipeline_binding import PipelineBinding
+from streamer.realtime.swap_stage import SwapStage
 from streamer.realtime.worker_lane import ConvertedFrame, InboundFrame, WorkerLane
 
 logger = logging.getLogger(__name__)
@@ -43,6 +50,7 @@ IDLE_WAIT_S = 0.25
 ERROR_LOG_INTERVAL_S = 5.0
 MAX_LANE_FAILURES = 15  # consecutive failed frames (half a second at 30 fps) before a session is ended
 OUT_OF_MEMORY_MESSAGES = ("failed to allocate memory", "out of memory")
+TRACK_MARGIN = 1.25  # start tracking this much earlier than the estimate says, so the stage never waits
 
 
 @dataclass
@@ -51,8 +59,17 @@ class _BatchClock:
 
     started: float
     converted: float = 0.0
+    tracked: float = 0.0  # two phases: the track phase done (then the batch waits for the swap stage)
+    swapping: float = 0.0  # two phases: the swap stage took the batch
     processed: float = 0.0
     finished: float = 0.0
+
+    @property
+    def pipeline_s(self) -> float:
+        """Time in the pipeline, without the wait between the phases."""
+        if not self.swapping:
+            return self.processed - self.converted
+        return (self.tracked - self.converted) + (self.processed - self.swapping)
 
     @property
     def processing_ms(self) -> float:
@@ -83,9 +100,19 @@ class BatchWorker:
         policy: BatchPolicy | None = None,
         on_lane_failed: LaneFailed | None = None,
         conversion: FrameConversion | None = None,
+        overlap: bool | None = None,
     ) -> None:
+        """`overlap`: run the pipeline's two phases on two threads (see the module docstring); None:
+        where the binding has phases, the conversion is `overlap_safe` and the machine has 2+ cores."""
         self._binding = binding
         self.conversion: FrameConversion = conversion or HostFrameConversion()
+        if overlap is None:
+            overlap = getattr(self.conversion, "overlap_safe", False) and (os.cpu_count() or 1) >= 2
+        self._stage: SwapStage | None = None
+        if overlap and binding.phases is not None:
+            self._stage = SwapStage(self.conversion.activate)
+        self._track_s = 0.0  # two phases: this thread's time on batches (the stage keeps its own)
+        self._track_estimate_s: float | None = None  # two phases: running estimate of the track phase
         self._forget: deque[str] = deque()  # sessions whose conversion state goes, between batches
         self._metrics = metrics
         ledger = getattr(self.conversion, "ledger", None)  # the device frame path counts its copies
@@ -110,8 +137,16 @@ class BatchWorker:
 
     def busy_seconds(self) -> float:
         """Total time the worker has spent running batches (any thread may read it; sessions sample it
-        to see how much headroom is left, streamer/realtime/swap_cadence.py)."""
-        return self._busy_s
+        to see how much headroom is left, streamer/realtime/swap_cadence.py). With two phases, the
+        busier of the two threads: the one that sets the pace."""
+        if self._stage is None:
+            return self._busy_s
+        return max(self._track_s, self._stage.busy_seconds())
+
+    @property
+    def overlapping(self) -> bool:
+        """Whether the two phases of a batch run on two threads."""
+        return self._stage is not None
 
     def stalled_seconds(self) -> float:
         """Total time the worker has spent in `call()` functions (a source prepared, a stream set up):
@@ -137,6 +172,8 @@ class BatchWorker:
         if self._thread is not None or self._closed is not None:
             raise RuntimeError("BatchWorker.start() called twice or after close()")
         self._thread = threading.Thread(target=self._run, name="livefuse-worker", daemon=True)
+        if self._stage is not None:
+            self._stage.start()
         self._thread.start()
 
     async def close(self) -> None:
@@ -192,14 +229,20 @@ class BatchWorker:
             self.error = error
             logger.exception("worker thread crashed")
         finally:
+            if self._stage is not None:
+                self._stage.close()  # the batch it swaps still goes out
             self._fail_pending_calls()
 
     def _loop(self) -> None:
         while not self._stopping.is_set():
             self._wake.clear()  # before looking: a frame or call() arriving after this wakes us
+            if self._forget and self._stage is not None:
+                self._stage.wait_idle()  # its batch may hold a detached session's frame
             while self._forget:
                 self.conversion.forget(self._forget.popleft())
             self._run_calls()
+            if self._stage is not None and self._wait_for_stage():
+                continue  # woken by a call or close: look again
             self._submit_new_frames()
             batch = self._batcher.poll()
             if batch is not None:
@@ -207,6 +250,23 @@ class BatchWorker:
                 continue  # pending calls first, then what waited meanwhile
             due_in = self._batcher.seconds_until_due()
             self._wake.wait(IDLE_WAIT_S if due_in is None else min(due_in, IDLE_WAIT_S))
+
+    def _wait_for_stage(self) -> bool:
+        """Two phases: wait until a batch taken now would be tracked about when the swap stage frees, so
+        it holds the newest frames; True when a call or close cut the wait short."""
+        assert self._stage is not None
+        track_s = self._track_estimate_s
+        if track_s is None:
+            return False
+        deadline = time.perf_counter() + self._stage.ready_in() - track_s * TRACK_MARGIN
+        while True:
+            remaining = deadline - time.perf_counter()
+            if remaining <= 0.001:
+                return False
+            self._wake.clear()  # frames arriving meanwhile are taken right after this wait
+            if self._calls or self._stopping.is_set():
+                return True
+            self._wake.wait(remaining)
 
     def _run_calls(self) -> None:
         while self._calls and not self._stopping.is_set():
@@ -244,26 +304,71 @@ class BatchWorker:
             self._metrics.frame_age_seconds.labels(stage=stage).observe(time.monotonic() - item.received_at)
 
     def _run_batch(self, batch: Batch[tuple[WorkerLane, InboundFrame]]) -> None:
-        """Convert in, run the jobs, convert out and deliver, record: each a step below."""
+        """Convert in, run the jobs, convert out and deliver, record: each a step below. With two
+        phases, the track phase runs here and the rest is handed to the swap stage."""
         clock = _BatchClock(time.perf_counter())
         for _, item in batch.items:
             self._observe_age("batch", item)
         converted = self._convert_in(list(batch.items))
         clock.converted = time.perf_counter()
-        outputs = self._run_jobs(converted)
+        jobs = self._jobs(converted)
+        lanes = [frame.lane for frame in converted]
+        phases = self._binding.phases
+        if self._stage is None or phases is None:
+            outputs = self._process(jobs, lanes, self._binding.pipeline.process_batch)
+            clock.processed = time.perf_counter()
+            self._finish_batch(batch, clock, converted, outputs)
+            self._busy_s += clock.finished - clock.started
+            return
+        tracked = self._process(jobs, lanes, phases.track, last_phase=False)
+        clock.tracked = time.perf_counter()
+        elapsed = clock.tracked - clock.started
+        self._track_s += elapsed
+        previous = self._track_estimate_s
+        self._track_estimate_s = elapsed if previous is None else previous + 0.2 * (elapsed - previous)
+        self._stage.hand(functools.partial(self._swap_phase, batch, clock, converted, tracked))
+
+    def _swap_phase(
+        self,
+        batch: Batch[tuple[WorkerLane, InboundFrame]],
+        clock: _BatchClock,
+        converted: list[ConvertedFrame],
+        tracked: list[Any | None],
+    ) -> None:
+        """On the swap stage: swap what the track phase gave (a job that failed there passes through),
+        then convert out, deliver and record."""
+        assert self._binding.phases is not None
+        clock.swapping = time.perf_counter()
+        kept = [index for index, item in enumerate(tracked) if item is not None]
+        swapped = self._process(
+            [tracked[index] for index in kept],
+            [converted[index].lane for index in kept],
+            self._binding.phases.swap,
+        )
+        outputs: list[Any | None] = [None] * len(converted)
+        for index, output in zip(kept, swapped):
+            outputs[index] = output
         clock.processed = time.perf_counter()
+        self._finish_batch(batch, clock, converted, outputs)
+
+    def _finish_batch(
+        self,
+        batch: Batch[tuple[WorkerLane, InboundFrame]],
+        clock: _BatchClock,
+        converted: list[ConvertedFrame],
+        outputs: list[Any | None],
+    ) -> None:
         for frame, output in zip(converted, outputs):
             self._observe_age("swap", frame.item)
             frame.lane.deliver(frame.item, self._convert_out(frame, output))
             frame.lane.processing_ms.append(clock.processing_ms)
         self.batches += 1
         clock.finished = time.perf_counter()
-        self._busy_s += clock.finished - clock.started
         self._record_batch(batch, clock)
 
-    def _run_jobs(self, converted: list[ConvertedFrame]) -> list[Any | None]:
-        """One pipeline job per converted frame, run in as few calls as the policy allows."""
-        jobs = [
+    def _jobs(self, converted: list[ConvertedFrame]) -> list[Any]:
+        """One pipeline job per converted frame."""
+        return [
             self._binding.make_job(
                 frame=frame.rgb,
                 stream=frame.lane.stream,
@@ -272,13 +377,12 @@ class BatchWorker:
             )
             for frame in converted
         ]
-        return self._process(jobs, [frame.lane for frame in converted])
 
     def _record_batch(self, batch: Batch[tuple[WorkerLane, InboundFrame]], clock: "_BatchClock") -> None:
         if self._metrics is None:
             return
         self._metrics.stage_seconds.labels(stage="convert_in").observe(clock.converted - clock.started)
-        self._metrics.stage_seconds.labels(stage="pipeline").observe(clock.processed - clock.converted)
+        self._metrics.stage_seconds.labels(stage="pipeline").observe(clock.pipeline_s)
         self._metrics.stage_seconds.labels(stage="convert_out").observe(clock.finished - clock.processed)
         self._metrics.batch_size.observe(len(batch.items))
         self._metrics.batches.labels(reason=batch.reason).inc()
@@ -322,9 +426,18 @@ class BatchWorker:
             self._count_lane_failure(frame.lane, error)
             return frame.item.video_frame
 
-    def _process(self, jobs: list[Any], lanes: list[WorkerLane]) -> list[Any | None]:
-        """Each job's output, None where it failed (that frame passes through). Chunks of at most the
-        largest bucket; a failing chunk is retried job by job; out of memory halves the bucket first."""
+    def _process(
+        self,
+        jobs: list[Any],
+        lanes: list[WorkerLane],
+        run: Callable[[list[Any]], list[Any]],
+        *,
+        last_phase: bool = True,
+    ) -> list[Any | None]:
+        """Each job's `run` result (process_batch, or one of the two phases), None where it failed (that
+        frame passes through). Chunks of at most the largest bucket; a failing chunk is retried job by
+        job; out of memory halves the bucket first. A lane's failure count restarts only when its frame
+        made it through the `last_phase`."""
         outputs: list[Any | None] = [None] * len(jobs)
         size = self.policy.largest
         chunks = deque(
@@ -333,7 +446,7 @@ class BatchWorker:
         while chunks:
             chunk = chunks.popleft()
             try:
-                results = self._binding.pipeline.process_batch([jobs[index] for index in chunk])
+                results = run([jobs[index] for index in chunk])
             except Exception as error:  # noqa: BLE001 - isolate it below; one bad frame must not end the streams
                 if is_out_of_memory(error) and self._halve_bucket(len(chunk), error):
                     size = self.policy.largest
@@ -348,7 +461,8 @@ class BatchWorker:
                 continue
             for index, result in zip(chunk, results):
                 outputs[index] = result
-                lanes[index].failures = 0
+                if last_phase:
+                    lanes[index].failures = 0
         return outputs
 
     def _halve_bucket(self, failed_size: int, error: BaseException) -> bool:

@@ -65,7 +65,10 @@ logger = logging.getLogger(__name__)
 
 
 class FrameConversion(Protocol):
-    """Per-session conversions; called on the worker thread only."""
+    """Per-session conversions; `to_pipeline` is called on the worker thread, `to_video_frame` there
+    too, or on the worker's swap stage where `overlap_safe` (never both for one frame at once)."""
+
+    overlap_safe: bool  # to_pipeline of one frame may run beside to_video_frame of an earlier one
 
     def to_pipeline(self, session_id: str, video_frame: VideoFrame) -> Any: ...
 
@@ -120,7 +123,11 @@ class Swscale:
 
 
 class HostFrameConversion:
-    """libswscale both ways, one `Swscale` per session (sessions may differ in size)."""
+    """libswscale both ways, one `Swscale` per session (sessions may differ in size). Its two contexts
+    are separate, and each call makes a new frame, so converting one frame in while another goes out
+    is safe."""
+
+    overlap_safe = True
 
     def __init__(self) -> None:
         self._sessions: dict[str, Swscale] = {}
@@ -187,8 +194,11 @@ class DeviceFrameConversion:
     Output is BT.601 limited, like the host path's libswscale default, so a viewer sees the same
     colours whichever path ran. Given `source`, the frame that goes down is the uploaded planes with the
     changed pixels merged in on the device (`merged_i420`): the host path's planes bit for bit, still one
-    copy down; an unchanged frame is not copied at all.
+    copy down; an unchanged frame is not copied at all. The merge reads the session's uploaded planes,
+    which the next upload overwrites, and the device has one stream: one thread (`overlap_safe` False).
     """
+
+    overlap_safe = False
 
     def __init__(self, transfers: Transfers, *, ledger: BusLedger | None = None) -> None:
         self.transfers = transfers

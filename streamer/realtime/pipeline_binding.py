@@ -40,6 +40,17 @@ class SwapPipeline(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class BatchPhases:
+    """A pipeline's `process_batch` as two halves: `track` (detection, tracking, landmarks: each job's
+    faces) and `swap` (what `track` gave -> each job's swapped frame or None). The worker may run
+    `track` of one batch on its thread while `swap` of the previous batch runs on another; `track`
+    touches the streams' tracking state only, `swap` their swap state only."""
+
+    track: Callable[[Sequence[Any]], list[Any]]
+    swap: Callable[[Sequence[Any]], list[Frame | None]]
+
+
 MakeJob = Callable[..., Any]  # keyword-only: frame, stream, source, settings -> FrameJob
 UpdateSettings = Callable[..., Settings]  # (settings, **changes) -> new settings; ValueError on bad input
 WantsSwap = Callable[[SourceHandle | None, Settings], bool]  # (source, settings): frames go to the worker
@@ -49,10 +60,11 @@ WantsSwap = Callable[[SourceHandle | None, Settings], bool]  # (source, settings
 class PipelineBinding:
     """A loaded pipeline plus its job constructor, default settings, validated-update function and the
     rule for which frames it swaps (the session asks it before handing a frame to the worker; the pipeline
-    applies the same rule to every job)."""
+    applies the same rule to every job), and, where the pipeline has them, its two batch phases."""
 
     pipeline: SwapPipeline
     make_job: MakeJob
     default_settings: Settings
     update_settings: UpdateSettings
     wants_swap: WantsSwap
+    phases: BatchPhases | None = None  # None: the worker runs `process_batch` whole, on one thread
