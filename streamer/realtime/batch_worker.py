@@ -7,18 +7,17 @@ loop) into a `MicroBatcher`, which decides when a batch closes and which session
 once when every session has a frame waiting or the largest bucket is full, else `max_wait_ms` after the
 first frame, round-robin when more sessions wait than fit. Other blocking pipeline calls (prepare_source,
 new_stream) go through `call()` and run between batches, so the pipeline, which is not thread-safe, is
-only ever touched by this thread.
+only ever touched by this thread, but for the one exception below.
 
 Where the pipeline comes in two phases (`PipelineBinding.phases`) and the frame conversion allows it, a
 second thread (`SwapStage`) swaps, converts back and delivers batch k while this one converts and tracks
-batch k+1: on a 2-core CPU the two halves overlap instead of taking turns on one core. This thread
-still owns everything else: calls, the mailboxes, the batcher, each stream's tracking.
+batch k+1: on a 2-core CPU the two halves overlap instead of taking turns on one core. The phases touch
+different state of a stream (tracking here, swap memory there). This thread still owns everything
+else: calls, the mailboxes, the batcher.
 
-Faults stay with the session that caused them: a batch that raises is retried one frame at a time, so
-only the failing session's frame passes through; a session whose frames fail `MAX_LANE_FAILURES` times in
-a row is reported through `on_lane_failed` (the daemon ends it). A frame the decoder mangled is dropped.
-Out of GPU memory halves the batch bucket (`BatchPolicy`, shared with the batcher, so later batches are
-closed at the smaller size too) and the batch is run again in smaller pieces.
+Faults stay with the session that caused them (`BatchFaults`: a failing chunk is retried frame by frame,
+out of memory halves the bucket, a session failing `MAX_LANE_FAILURES` frames in a row is ended). A
+frame the decoder mangled is dropped.
 """
 
 import asyncio
@@ -36,6 +35,7 @@ from typing import Any, TypeVar
 from av import VideoFrame
 
 from streamer.outputs.provenance import check_label, draw_label
+from streamer.realtime.batch_faults import BatchFaults, LaneFailed
 from streamer.realtime.frame_conversion import FrameConversion, HostFrameConversion
 from streamer.realtime.metrics import DaemonMetrics
 from streamer.realtime.micro_batcher import Batch, BatchPolicy, MicroBatcher
@@ -47,10 +47,6 @@ logger = logging.getLogger(__name__)
 
 Result = TypeVar("Result")
 IDLE_WAIT_S = 0.25
-ERROR_LOG_INTERVAL_S = 5.0
-MAX_LANE_FAILURES = 15  # consecutive failed frames (half a second at 30 fps) before a session is ended
-OUT_OF_MEMORY_MESSAGES = ("failed to allocate memory", "out of memory")
-TRACK_MARGIN = 1.25  # start tracking this much earlier than the estimate says, so the stage never waits
 
 
 @dataclass
@@ -74,17 +70,6 @@ class _BatchClock:
     @property
     def processing_ms(self) -> float:
         return (self.processed - self.started) * 1000.0
-
-
-LaneFailed = Callable[[str, str], None]  # (session_id, reason), called on the worker thread
-
-
-def is_out_of_memory(error: BaseException) -> bool:
-    """CuPy's OutOfMemoryError, or ONNX Runtime's "Failed to allocate memory" RuntimeError."""
-    if type(error).__name__ == "OutOfMemoryError":
-        return True
-    message = str(error).lower()
-    return any(text in message for text in OUT_OF_MEMORY_MESSAGES)
 
 
 class BatchWorker:
@@ -112,16 +97,15 @@ class BatchWorker:
         if overlap and binding.phases is not None:
             self._stage = SwapStage(self.conversion.activate)
         self._track_s = 0.0  # two phases: this thread's time on batches (the stage keeps its own)
-        self._track_estimate_s: float | None = None  # two phases: running estimate of the track phase
         self._forget: deque[str] = deque()  # sessions whose conversion state goes, between batches
         self._metrics = metrics
         ledger = getattr(self.conversion, "ledger", None)  # the device frame path counts its copies
         if ledger is not None and metrics is not None:
-            ledger.add_listener(functools.partial(self._publish_bus_copies, metrics))
+            ledger.add_listener(metrics.count_bus_copy)
         self._label = check_label(label) if label is not None else None
         # owns the policy (see `policy`); locks itself, as attach/detach run on the event loop
         self._batcher: MicroBatcher[tuple[WorkerLane, InboundFrame]] = MicroBatcher(policy)
-        self._on_lane_failed = on_lane_failed
+        self._faults = BatchFaults(self._batcher, on_lane_failed)
         self._lanes: dict[str, WorkerLane] = {}
         self._lanes_lock = threading.Lock()
         self._wake = threading.Event()
@@ -129,7 +113,6 @@ class BatchWorker:
         self._calls: deque[tuple[Callable[[], Any], concurrent.futures.Future[Any]]] = deque()
         self._thread: threading.Thread | None = None
         self._closed: asyncio.Future[None] | None = None
-        self._last_error_log = 0.0
         self.error: BaseException | None = None
         self.batches = 0
         self._busy_s = 0.0  # time spent in batches, written by the worker thread only
@@ -255,10 +238,7 @@ class BatchWorker:
         """Two phases: wait until a batch taken now would be tracked about when the swap stage frees, so
         it holds the newest frames; True when a call or close cut the wait short."""
         assert self._stage is not None
-        track_s = self._track_estimate_s
-        if track_s is None:
-            return False
-        deadline = time.perf_counter() + self._stage.ready_in() - track_s * TRACK_MARGIN
+        deadline = time.perf_counter() + self._stage.feed_due_in()
         while True:
             remaining = deadline - time.perf_counter()
             if remaining <= 0.001:
@@ -311,21 +291,27 @@ class BatchWorker:
             self._observe_age("batch", item)
         converted = self._convert_in(list(batch.items))
         clock.converted = time.perf_counter()
-        jobs = self._jobs(converted)
+        jobs = [
+            self._binding.make_job(
+                frame=frame.rgb,
+                stream=frame.lane.stream,
+                source=frame.lane.source,
+                settings=frame.lane.settings,
+            )
+            for frame in converted
+        ]
         lanes = [frame.lane for frame in converted]
         phases = self._binding.phases
         if self._stage is None or phases is None:
-            outputs = self._process(jobs, lanes, self._binding.pipeline.process_batch)
+            outputs = self._faults.run(jobs, lanes, self._binding.pipeline.process_batch)
             clock.processed = time.perf_counter()
             self._finish_batch(batch, clock, converted, outputs)
             self._busy_s += clock.finished - clock.started
             return
-        tracked = self._process(jobs, lanes, phases.track, last_phase=False)
+        tracked = self._faults.run(jobs, lanes, phases.track, last_phase=False)
         clock.tracked = time.perf_counter()
-        elapsed = clock.tracked - clock.started
-        self._track_s += elapsed
-        previous = self._track_estimate_s
-        self._track_estimate_s = elapsed if previous is None else previous + 0.2 * (elapsed - previous)
+        self._track_s += clock.tracked - clock.started
+        self._stage.fed(clock.tracked - clock.started)
         self._stage.hand(functools.partial(self._swap_phase, batch, clock, converted, tracked))
 
     def _swap_phase(
@@ -340,7 +326,7 @@ class BatchWorker:
         assert self._binding.phases is not None
         clock.swapping = time.perf_counter()
         kept = [index for index, item in enumerate(tracked) if item is not None]
-        swapped = self._process(
+        swapped = self._faults.run(
             [tracked[index] for index in kept],
             [converted[index].lane for index in kept],
             self._binding.phases.swap,
@@ -366,18 +352,6 @@ class BatchWorker:
         clock.finished = time.perf_counter()
         self._record_batch(batch, clock)
 
-    def _jobs(self, converted: list[ConvertedFrame]) -> list[Any]:
-        """One pipeline job per converted frame."""
-        return [
-            self._binding.make_job(
-                frame=frame.rgb,
-                stream=frame.lane.stream,
-                source=frame.lane.source,
-                settings=frame.lane.settings,
-            )
-            for frame in converted
-        ]
-
     def _record_batch(self, batch: Batch[tuple[WorkerLane, InboundFrame]], clock: "_BatchClock") -> None:
         if self._metrics is None:
             return
@@ -389,11 +363,6 @@ class BatchWorker:
         for waited in batch.waited_s():
             self._metrics.batch_wait_seconds.observe(waited)
 
-    @staticmethod
-    def _publish_bus_copies(metrics: DaemonMetrics, direction: str, nbytes: int) -> None:
-        metrics.bus_copies.labels(direction=direction).inc()
-        metrics.bus_bytes.labels(direction=direction).inc(nbytes)
-
     def _convert_in(self, taken: list[tuple[WorkerLane, InboundFrame]]) -> list[ConvertedFrame]:
         converted = []
         for lane, item in taken:
@@ -401,7 +370,7 @@ class BatchWorker:
                 rgb = self.conversion.to_pipeline(lane.session_id, item.video_frame)
             except Exception as error:  # noqa: BLE001 - a mangled frame (ValueError, av.FFmpegError) or anything
                 # else one frame can raise: drop it, the session's next one may be fine; the others go on
-                self._count_lane_failure(lane, error)
+                self._faults.lane_failed(lane, error)
                 continue
             converted.append(ConvertedFrame(lane, item, rgb))
         return converted
@@ -423,78 +392,5 @@ class BatchWorker:
                 frame.lane.session_id, picture, frame.item.video_frame, source=frame.rgb, drawn=drawn
             )
         except Exception as error:  # noqa: BLE001 - this session's frame goes out as it came in
-            self._count_lane_failure(frame.lane, error)
+            self._faults.lane_failed(frame.lane, error)
             return frame.item.video_frame
-
-    def _process(
-        self,
-        jobs: list[Any],
-        lanes: list[WorkerLane],
-        run: Callable[[list[Any]], list[Any]],
-        *,
-        last_phase: bool = True,
-    ) -> list[Any | None]:
-        """Each job's `run` result (process_batch, or one of the two phases), None where it failed (that
-        frame passes through). Chunks of at most the largest bucket; a failing chunk is retried job by
-        job; out of memory halves the bucket first. A lane's failure count restarts only when its frame
-        made it through the `last_phase`."""
-        outputs: list[Any | None] = [None] * len(jobs)
-        size = self.policy.largest
-        chunks = deque(
-            list(range(start, min(start + size, len(jobs)))) for start in range(0, len(jobs), size)
-        )
-        while chunks:
-            chunk = chunks.popleft()
-            try:
-                results = run([jobs[index] for index in chunk])
-            except Exception as error:  # noqa: BLE001 - isolate it below; one bad frame must not end the streams
-                if is_out_of_memory(error) and self._halve_bucket(len(chunk), error):
-                    size = self.policy.largest
-                    pieces = [chunk[start : start + size] for start in range(0, len(chunk), size)]
-                    chunks.extendleft(reversed(pieces))
-                elif len(chunk) > 1:
-                    chunks.extendleft([index] for index in reversed(chunk))
-                elif is_out_of_memory(error):
-                    self._log_batch_error()  # already at batch 1: pass this frame through, keep going
-                else:
-                    self._count_lane_failure(lanes[chunk[0]], error)
-                continue
-            for index, result in zip(chunk, results):
-                outputs[index] = result
-                if last_phase:
-                    lanes[index].failures = 0
-        return outputs
-
-    def _halve_bucket(self, failed_size: int, error: BaseException) -> bool:
-        """Shrink the largest bucket to half the one that ran out of memory; False when already 1."""
-        bucket = self.policy.bucket_for(min(failed_size, self.policy.largest))
-        if bucket <= 1:
-            return False
-        new_largest = bucket // 2
-        buckets = tuple(size for size in self.policy.buckets if size <= new_largest) or (new_largest,)
-        self._batcher.policy = BatchPolicy(buckets=buckets, max_wait_ms=self.policy.max_wait_ms)
-        logger.warning(
-            "out of memory in a batch of %d (%s); largest batch is now %d",
-            failed_size,
-            error,
-            new_largest,
-            extra={"event": "oom_batch_halved", "batch_size": new_largest},
-        )
-        return True
-
-    def _count_lane_failure(self, lane: WorkerLane, error: BaseException) -> None:
-        lane.failures += 1
-        self._log_batch_error(lane.session_id)
-        if lane.failures == MAX_LANE_FAILURES and self._on_lane_failed is not None:
-            reason = f"{lane.failures} frames in a row failed: {type(error).__name__}: {error}"
-            self._on_lane_failed(lane.session_id, reason)
-
-    def _log_batch_error(self, session_id: str | None = None) -> None:
-        now = time.monotonic()
-        if now - self._last_error_log >= ERROR_LOG_INTERVAL_S:
-            self._last_error_log = now
-            logger.exception(
-                "session %s: frame failed; passed through",
-                session_id or "-",
-                extra={"event": "batch_error", "session_id": session_id},
-            )

@@ -116,6 +116,11 @@ class DaemonMetrics:
             registry=registry,
         )
 
+    def count_bus_copy(self, direction: str, nbytes: int) -> None:
+        """One frame copy across the bus (the device frame path's `BusLedger` listener)."""
+        self.bus_copies.labels(direction=direction).inc()
+        self.bus_bytes.labels(direction=direction).inc(nbytes)
+
     def forget_session(self, session_id: str) -> None:
         """Drop a closed session's series, so /metrics does not grow with every call ever made."""
         for metric in (self.frames_in, self.frames_out, self.frames_dropped):

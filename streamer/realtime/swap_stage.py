@@ -20,8 +20,11 @@ from contextlib import AbstractContextManager
 
 logger = logging.getLogger(__name__)
 
-Job = Callable[[], None]
-SMOOTHING = 0.2  # weight of the newest duration in the running estimate
+Job = Callable[[], object]  # what it returns is ignored
+SMOOTHING = 0.2  # weight of the newest duration in the running estimates
+FEED_MARGIN = (
+    1.25  # start making the next job this much earlier than its estimate says: the stage never waits
+)
 
 
 class StageStopped(RuntimeError):
@@ -45,6 +48,7 @@ class SwapStage:
         self._thread: threading.Thread | None = None
         self._busy_s = 0.0
         self.duration_s: float | None = None  # running estimate of one job's duration
+        self.feed_s: float | None = None  # running estimate of the time the feeding thread takes per job
         self.error: BaseException | None = None
 
     def start(self) -> None:
@@ -64,6 +68,17 @@ class SwapStage:
             self._raise_if_stopped()
             self._job = job
             self._condition.notify_all()
+
+    def fed(self, seconds: float) -> None:
+        """The feeding thread took `seconds` to make the job it is about to hand (its estimate)."""
+        self.feed_s = _smoothed(self.feed_s, seconds)
+
+    def feed_due_in(self) -> float:
+        """Seconds until the feeding thread should start making the next job so that it is ready about
+        when the stage frees (<= 0: now)."""
+        if self.feed_s is None:
+            return 0.0
+        return self.ready_in() - self.feed_s * FEED_MARGIN
 
     def ready_in(self) -> float:
         """Seconds until the stage is expected to be idle (0 when it is, or has no estimate yet)."""
@@ -127,9 +142,10 @@ class SwapStage:
                 elapsed = time.perf_counter() - started
                 with self._condition:
                     self._busy_s += elapsed
-                    previous = self.duration_s
-                    self.duration_s = (
-                        elapsed if previous is None else previous + SMOOTHING * (elapsed - previous)
-                    )
+                    self.duration_s = _smoothed(self.duration_s, elapsed)
                     self._running_since = None
                     self._condition.notify_all()
+
+
+def _smoothed(estimate: float | None, sample: float) -> float:
+    return sample if estimate is None else estimate + SMOOTHING * (sample - estimate)

@@ -25,7 +25,8 @@ from aiortc import RTCConfiguration, RTCPeerConnection
 from aiortc.mediastreams import AudioStreamTrack
 
 from bench.clients.peer_client import PeerClient
-from streamer.realtime.batch_worker import MAX_LANE_FAILURES, BatchWorker, is_out_of_memory
+from streamer.realtime.batch_faults import MAX_LANE_FAILURES, is_out_of_memory
+from streamer.realtime.batch_worker import BatchWorker
 from streamer.realtime.micro_batcher import BatchPolicy
 from streamer.realtime.peer_session import PeerSession
 from streamer.realtime.session_registry import SessionRegistry

@@ -18,7 +18,12 @@ def test_hand_waits_until_the_running_job_is_done() -> None:
     release = threading.Event()
     order: list[str] = []
     try:
-        stage.hand(lambda: (release.wait(5.0), order.append("first")))
+
+        def first() -> None:
+            release.wait(5.0)
+            order.append("first")
+
+        stage.hand(first)
         handed = threading.Event()
 
         def hand_second() -> None:
@@ -74,7 +79,13 @@ def test_close_finishes_the_running_job_and_is_idempotent() -> None:
     stage = _stage()
     started, release = threading.Event(), threading.Event()
     done: list[bool] = []
-    stage.hand(lambda: (started.set(), release.wait(5.0), done.append(True)))
+
+    def job() -> None:
+        started.set()
+        release.wait(5.0)
+        done.append(True)
+
+    stage.hand(job)
     assert started.wait(5.0)
     closer = threading.Thread(target=stage.close)
     closer.start()

@@ -129,7 +129,7 @@ async def test_busy_seconds_are_those_of_the_busier_thread() -> None:
         worker.attach(lane)
         for index in range(5):
             lane.mailbox.put(_inbound(index * 3000, 10 + index))
-            await _until(lambda: len(collector.items) == index + 1)
+            await _until(lambda count=index + 1: len(collector.items) == count)  # type: ignore[misc]
     finally:
         await worker.close()
     assert 0.15 <= worker.busy_seconds() < 1.0  # five swaps of 30 ms on the stage; tracking is instant
