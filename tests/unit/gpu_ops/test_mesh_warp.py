@@ -12,6 +12,7 @@ from gpu_ops.errors import InvalidFrameError
 from gpu_ops.mesh_warp import (
     OUTSIDE,
     build_remap_cpu,
+    color_channels,
     rasterize_triangle_ids_cpu,
     triangle_affines,
     warp_mesh,
@@ -190,3 +191,17 @@ def test_remap_field_equals_the_whole_coefficient_gather_bit_for_bit(
     np.testing.assert_array_equal(map_x.view(np.int32), expected_x.view(np.int32))
     np.testing.assert_array_equal(map_y.view(np.int32), expected_y.view(np.int32))
     assert (map_x == -1).any() and (map_x != -1).mean() > 0.5
+
+
+def test_color_channels_are_the_packed_rgb_of_a_warped_texture() -> None:
+    """The colour of an RGBA texture warped onto a real face mesh: warped[..., :3], packed, a copy."""
+    points = FRONTAL_MESH[:, :2] - FRONTAL_MESH[:, :2].min(axis=0) + 2.0
+    size = (int(points[:, 0].max()) + 3, int(points[:, 1].max()) + 3)
+    texture = np.random.default_rng(4).integers(0, 256, (384, 384, 4), dtype=np.uint8)
+    source = (points * np.float32(2.5) + 20.0).astype(np.float32)
+    warped = warp_mesh_cpu(texture, source[topology.ALL_TRIANGLES], points[topology.ALL_TRIANGLES], size)
+    colour = color_channels(warped)
+    assert colour.flags["C_CONTIGUOUS"] and not np.shares_memory(colour, warped)
+    np.testing.assert_array_equal(colour, warped[..., :3])
+    with pytest.raises(InvalidFrameError):
+        color_channels(warped[..., :3])
