@@ -43,15 +43,24 @@ def _check(patch: Image, reference: Image, weights: Weights) -> None:
         raise InvalidFrameError(f"weights {weights.shape} do not match the images {patch.shape[:2]}")
 
 
-def _low_frequency(
-    image: NDArray[np.float32], weights: Weights, grid: tuple[int, int]
-) -> NDArray[np.float32]:
-    """Mask-normalised coarse average of an image on a (gw, gh) grid, filled where weights are empty."""
-    weighted = cv2.resize(image * weights[..., None], grid, interpolation=cv2.INTER_AREA)
+def _coarse_weights(weights: Weights, grid: tuple[int, int]) -> NDArray[np.float32]:
+    """The weights' coarse average on a (gw, gh) grid, blurred, at least 1e-4: `_low_frequency`'s divisor."""
     total = cv2.resize(weights, grid, interpolation=cv2.INTER_AREA)
-    weighted = cv2.GaussianBlur(weighted, (0, 0), 1.0, borderType=cv2.BORDER_REPLICATE)
     total = cv2.GaussianBlur(total, (0, 0), 1.0, borderType=cv2.BORDER_REPLICATE)
-    return (weighted / np.maximum(total, 1e-4)[..., None]).astype(np.float32)
+    return np.maximum(total, np.float32(1e-4))
+
+
+def _low_frequency(
+    image: Image, weights_3: NDArray[np.float32], total: NDArray[np.float32], grid: tuple[int, int]
+) -> NDArray[np.float32]:
+    """Mask-normalised coarse average of a uint8 image on a (gw, gh) grid, filled where weights are
+    empty: `weights_3` the weights in 3 channels, `total` from `_coarse_weights` (both made once for
+    the patch and the reference). The float32 products are NumPy's `image * weights[..., None]`."""
+    weighted = cv2.resize(
+        cv2.multiply(image, weights_3, dtype=cv2.CV_32F), grid, interpolation=cv2.INTER_AREA
+    )
+    weighted = cv2.GaussianBlur(weighted, (0, 0), 1.0, borderType=cv2.BORDER_REPLICATE)
+    return np.asarray(weighted / total[..., None], np.float32)
 
 
 def shading_grid(size: tuple[int, int], cell_px: float) -> tuple[int, int]:
@@ -74,8 +83,10 @@ def shading_ratio_cpu(patch: Image, reference: Image, weights: Weights, grid: tu
     """
     _check(patch, reference, weights)
     weights = np.ascontiguousarray(weights, np.float32)
-    low_patch = _low_frequency(patch.astype(np.float32), weights, grid)
-    low_reference = _low_frequency(reference.astype(np.float32), weights, grid)
+    weights_3 = np.asarray(cv2.merge([weights] * 3), np.float32)
+    total = _coarse_weights(weights, grid)
+    low_patch = _low_frequency(patch, weights_3, total, grid)
+    low_reference = _low_frequency(reference, weights_3, total, grid)
     ratio = np.clip((low_reference + _RATIO_OFFSET) / (low_patch + _RATIO_OFFSET), *SHADING_RATIO_LIMITS)
     return np.ascontiguousarray(ratio, np.float32)
 
@@ -84,7 +95,10 @@ def apply_shading_ratio_cpu(patch: Image, ratio: Ratio) -> Image:
     """`patch` times the ratio grid upsampled to its size (cv2.resize INTER_LINEAR), rounded to uint8."""
     height, width = patch.shape[:2]
     ratio_full = cv2.resize(ratio, (width, height), interpolation=cv2.INTER_LINEAR)
-    return np.clip(patch.astype(np.float32) * ratio_full + 0.5, 0, 255).astype(np.uint8)
+    # the float32 product, as NumPy's
+    relit = np.asarray(cv2.multiply(patch, ratio_full, dtype=cv2.CV_32F), np.float32)
+    relit += np.float32(0.5)
+    return np.clip(relit, 0, 255, out=relit).astype(np.uint8)
 
 
 def transfer_lab_statistics_cpu(patch: Image, reference: Image, weights: Weights) -> Image:

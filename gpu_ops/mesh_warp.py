@@ -90,16 +90,26 @@ def build_remap_cpu(
     """The (map_x, map_y) field of a (w, h) output: source coordinates per pixel, -1 outside the mesh."""
     _check_triangles(dst_triangles, src_triangles)
     width, height = size
-    ids = rasterize_triangle_ids_cpu(dst_triangles, size)
+    # pixel indices as intp once (np.take would convert int32 ones on each of its six calls)
+    ids = rasterize_triangle_ids_cpu(dst_triangles, size).reshape(-1).astype(np.intp)
     affines = triangle_affines(dst_triangles, src_triangles).reshape(-1, 6)
-    # one extra row maps uncovered pixels (id OUTSIDE = -1 picks the last row) to (-1, -1)
-    table = np.concatenate([affines, np.array([[0, 0, -1, 0, 0, -1]], np.float32)])
-    coefficients = table[ids]
+    # one extra row maps uncovered pixels (id OUTSIDE = -1 picks the last row) to (-1, -1); one
+    # contiguous row per coefficient, gathered one at a time (no [h,w,6] gather, no strided planes)
+    table = np.concatenate([affines, np.array([[0, 0, -1, 0, 0, -1]], np.float32)]).T.copy()
     xs = np.arange(width, dtype=np.float32)[None, :]
     ys = np.arange(height, dtype=np.float32)[:, None]
-    map_x = coefficients[..., 0] * xs + coefficients[..., 1] * ys + coefficients[..., 2]
-    map_y = coefficients[..., 3] * xs + coefficients[..., 4] * ys + coefficients[..., 5]
-    return map_x, map_y
+
+    def coordinate(first: int) -> NDArray[np.float32]:
+        """(c0 * x + c1 * y) + c2 with coefficients `first`.. of each pixel's triangle, in float32."""
+        value = table[first].take(ids).reshape(height, width)
+        value *= xs
+        term = table[first + 1].take(ids).reshape(height, width)
+        term *= ys
+        value += term
+        value += table[first + 2].take(ids).reshape(height, width)
+        return value
+
+    return coordinate(0), coordinate(3)
 
 
 def apply_remap_cpu(texture: NDArray[np.uint8], field: RemapField) -> NDArray[np.uint8]:
@@ -199,6 +209,16 @@ def apply_remap(texture: Any, field: Any) -> Any:
     if is_device_array(texture) or is_device_array(field[0]):
         return apply_remap_gpu(texture, field)
     return apply_remap_cpu(texture, field)
+
+
+def color_channels(warped: Any) -> Any:
+    """The colour of a warped uint8 H x W x 4 (RGB + alpha) texture: a packed H x W x 3 copy, on its
+    device. On the CPU cv2.cvtColor copies it (NumPy's strided copy of a face box costs 30 times more)."""
+    if is_device_array(warped):
+        return require_cupy().ascontiguousarray(warped[..., :3])
+    if warped.dtype != np.uint8 or warped.ndim != 3 or warped.shape[2] != 4:
+        raise InvalidFrameError(f"a warped texture must be uint8 HxWx4, got {warped.dtype} {warped.shape}")
+    return np.asarray(cv2.cvtColor(warped, cv2.COLOR_RGBA2RGB), np.uint8)
 
 
 def warp_mesh(

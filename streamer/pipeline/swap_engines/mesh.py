@@ -25,7 +25,7 @@ from gpu_ops.backend import get_array_module, is_device_array
 from gpu_ops.color_transfer import apply_shading_ratio, shading_grid, shading_ratio, transfer_lab_statistics
 from gpu_ops.errors import InvalidInputError
 from gpu_ops.masks import blend, fill_polygons
-from gpu_ops.mesh_warp import apply_remap, build_remap
+from gpu_ops.mesh_warp import apply_remap, build_remap, color_channels
 from gpu_ops.multiband_blend import mask_planes, multiband_blend
 from gpu_ops.occlusion_mask import show_weight
 from gpu_ops.rim_guard import rim_guard
@@ -251,7 +251,7 @@ class MeshEngine:
         texture_name: TextureName = "texture_features_cut" if options.mouth_mask else "texture"
         warped = apply_remap(self._pixels(source, texture_name, on_device), field_)
         xp = get_array_module(warped)
-        patch = xp.ascontiguousarray(warped[..., :3])
+        patch = color_channels(warped)
         # what the frame keeps of the paste: 0 in the target's inner mouth, less over its own lips
         keep = xp.ones(warped.shape[:2], np.float32)
         if options.mouth_mask:

@@ -148,3 +148,52 @@ def test_shading_ratio_and_apply_on_the_device_match_the_cpu() -> None:
     np.testing.assert_allclose(cupy.asnumpy(ratio), expected_ratio, rtol=1e-4)
     relit = apply_shading_ratio(cupy.asarray(patch), ratio)
     assert np.abs(cupy.asnumpy(relit).astype(int) - apply_shading_ratio_cpu(patch, expected_ratio)).max() <= 1
+
+
+def float_shading_ratio(
+    patch: NDArray[np.uint8],
+    reference: NDArray[np.uint8],
+    weights: NDArray[np.float32],
+    grid: tuple[int, int],
+) -> NDArray[np.float32]:
+    """shading_ratio_cpu as it was written first: float32 copies of both images times the weights in
+    NumPy, and the weights' coarse average made again for each image."""
+
+    def low_frequency(image: NDArray[np.float32]) -> NDArray[np.float32]:
+        weighted = cv2.resize(image * weights[..., None], grid, interpolation=cv2.INTER_AREA)
+        total = cv2.resize(weights, grid, interpolation=cv2.INTER_AREA)
+        weighted = cv2.GaussianBlur(weighted, (0, 0), 1.0, borderType=cv2.BORDER_REPLICATE)
+        total = cv2.GaussianBlur(total, (0, 0), 1.0, borderType=cv2.BORDER_REPLICATE)
+        return np.asarray(weighted / np.maximum(total, 1e-4)[..., None], np.float32)
+
+    low_patch = low_frequency(patch.astype(np.float32))
+    low_reference = low_frequency(reference.astype(np.float32))
+    return np.clip((low_reference + 6.0) / (low_patch + 6.0), 0.3, 3.0).astype(np.float32)
+
+
+@pytest.mark.parametrize("size", [(232, 285), (97, 131)])
+def test_ratio_and_apply_equal_the_float_copies_bit_for_bit(size: tuple[int, int]) -> None:
+    """A face-box-sized patch, the reference a strided view of a larger frame, a soft oval weight with
+    empty corners and a hole: the same float32 ratio and the same relit pixels."""
+    width, height = size
+    rng = np.random.default_rng(width)
+    lit = render(detail(11), light(1.0, (1.0, 0.8, 0.7)))
+    patch = np.asarray(cv2.resize(lit, size, interpolation=cv2.INTER_LINEAR), np.uint8)
+    patch[height // 3 : height // 3 + 10] = 2  # a dark band: a ratio far from 1
+    frame = rng.integers(0, 256, (height + 40, width + 60, 3), dtype=np.uint8)
+    frame[20 : 20 + height, 30 : 30 + width] = cv2.GaussianBlur(patch[:, ::-1], (0, 0), 4.0)
+    reference = frame[20 : 20 + height, 30 : 30 + width]
+    ys, xs = np.mgrid[0:height, 0:width].astype(np.float32)
+    oval = ((xs - width / 2) / (0.45 * width)) ** 2 + ((ys - height / 2) / (0.48 * height)) ** 2
+    weights = np.clip((1.0 - oval) * 4.0, 0.0, 1.0).astype(np.float32)
+    weights[height // 2 : height // 2 + 12, width // 3 : width // 2] = 0.0
+    grid = shading_grid(size, max(4.0, width / 4.0))
+    ratio = shading_ratio_cpu(patch, reference, weights, grid)
+    expected = float_shading_ratio(patch, reference, weights, grid)
+    np.testing.assert_array_equal(ratio.view(np.int32), expected.view(np.int32))
+    assert ratio.max() > 1.3 and ratio.min() < 0.8  # relit both ways
+    stretched = (ratio * np.float32(1.7)).astype(np.float32)  # relit values past 255 are clipped
+    for grid_ratio in (ratio, stretched):
+        ratio_full = cv2.resize(grid_ratio, size, interpolation=cv2.INTER_LINEAR)
+        relit = np.clip(patch.astype(np.float32) * ratio_full + 0.5, 0, 255).astype(np.uint8)
+        np.testing.assert_array_equal(apply_shading_ratio_cpu(patch, grid_ratio), relit)

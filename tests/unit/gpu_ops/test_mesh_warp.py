@@ -1,5 +1,7 @@
 """Mesh warp: exact corner mapping, one remap without cracks, zero outside, front faces win, parity."""
 
+from pathlib import Path
+
 import cv2
 import numpy as np
 import pytest
@@ -10,13 +12,18 @@ from gpu_ops.errors import InvalidFrameError
 from gpu_ops.mesh_warp import (
     OUTSIDE,
     build_remap_cpu,
+    color_channels,
     rasterize_triangle_ids_cpu,
     triangle_affines,
     warp_mesh,
     warp_mesh_cpu,
 )
+from models import face_mesh_topology as topology
 
 CUPY_OK, CUPY_REASON = cupy_available()
+FRONTAL_MESH = np.load(
+    Path(__file__).parents[1] / "streamer" / "pipeline" / "data" / "face_mesh_468_frontal.npy"
+)
 
 
 def grid_mesh(
@@ -142,3 +149,59 @@ def test_device_field_and_remap_equal_the_cpu_bit_for_bit() -> None:
     warped = apply_remap(cupy.asarray(texture), field)
     assert isinstance(warped, cupy.ndarray)
     np.testing.assert_array_equal(cupy.asnumpy(warped), apply_remap_cpu(texture, expected))
+
+
+def gathered_remap(
+    dst_triangles: NDArray[np.float32], src_triangles: NDArray[np.float32], size: tuple[int, int]
+) -> tuple[NDArray[np.float32], NDArray[np.float32]]:
+    """The field as build_remap_cpu made it before its per-coefficient gathers: all six coefficients
+    of every pixel's triangle gathered at once ([h,w,6]), then the same float32 sums."""
+    width, height = size
+    ids = rasterize_triangle_ids_cpu(dst_triangles, size)
+    affines = triangle_affines(dst_triangles, src_triangles).reshape(-1, 6)
+    table = np.concatenate([affines, np.array([[0, 0, -1, 0, 0, -1]], np.float32)])
+    coefficients = table[ids]
+    xs = np.arange(width, dtype=np.float32)[None, :]
+    ys = np.arange(height, dtype=np.float32)[:, None]
+    map_x = coefficients[..., 0] * xs + coefficients[..., 1] * ys + coefficients[..., 2]
+    map_y = coefficients[..., 3] * xs + coefficients[..., 4] * ys + coefficients[..., 5]
+    return map_x, map_y
+
+
+@pytest.mark.parametrize(
+    ("scale", "degrees", "jitter"), [(1.0, 0.0, 0.0), (2.1, 14.0, 0.6), (0.7, -30.0, 1.5)]
+)
+def test_remap_field_equals_the_whole_coefficient_gather_bit_for_bit(
+    scale: float, degrees: float, jitter: float
+) -> None:
+    """A real face mesh (turned, scaled, jittered so some triangles fold) over its paste box, warped
+    from a 384-px source texture: the same float32 bits as the [h,w,6] gather, -1 outside included."""
+    points = FRONTAL_MESH[:, :2] - FRONTAL_MESH[:, :2].mean(axis=0)
+    angle = np.deg2rad(degrees)
+    rotation = np.array([[np.cos(angle), -np.sin(angle)], [np.sin(angle), np.cos(angle)]], np.float32)
+    rng = np.random.default_rng(20)
+    target = (points @ rotation.T) * np.float32(scale) + rng.normal(0.0, jitter, points.shape)
+    target = (target - target.min(axis=0) + 1.5).astype(np.float32)
+    size = (int(np.ceil(target[:, 0].max())) + 2, int(np.ceil(target[:, 1].max())) + 2)
+    source = (points * np.float32(384 / 130) + 192).astype(np.float32)
+    dst, src = target[topology.ALL_TRIANGLES], source[topology.ALL_TRIANGLES]
+    map_x, map_y = build_remap_cpu(dst, src, size)
+    expected_x, expected_y = gathered_remap(dst, src, size)
+    assert map_x.dtype == np.float32 and map_x.shape == (size[1], size[0])
+    np.testing.assert_array_equal(map_x.view(np.int32), expected_x.view(np.int32))
+    np.testing.assert_array_equal(map_y.view(np.int32), expected_y.view(np.int32))
+    assert (map_x == -1).any() and (map_x != -1).mean() > 0.5
+
+
+def test_color_channels_are_the_packed_rgb_of_a_warped_texture() -> None:
+    """The colour of an RGBA texture warped onto a real face mesh: warped[..., :3], packed, a copy."""
+    points = FRONTAL_MESH[:, :2] - FRONTAL_MESH[:, :2].min(axis=0) + 2.0
+    size = (int(points[:, 0].max()) + 3, int(points[:, 1].max()) + 3)
+    texture = np.random.default_rng(4).integers(0, 256, (384, 384, 4), dtype=np.uint8)
+    source = (points * np.float32(2.5) + 20.0).astype(np.float32)
+    warped = warp_mesh_cpu(texture, source[topology.ALL_TRIANGLES], points[topology.ALL_TRIANGLES], size)
+    colour = color_channels(warped)
+    assert colour.flags["C_CONTIGUOUS"] and not np.shares_memory(colour, warped)
+    np.testing.assert_array_equal(colour, warped[..., :3])
+    with pytest.raises(InvalidFrameError):
+        color_channels(warped[..., :3])
