@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -81,11 +82,12 @@ class FrameJob:
 @dataclass
 class TrackedJob:
     """A job after `FramePipeline.track_batch`: the engine that swaps it (None: the frame stays as it
-    is) and the faces it swaps, selected."""
+    is), the faces it swaps, selected, and what the engine could work out for them before the swap."""
 
     job: FrameJob
     engine_name: EngineName | None = None
     faces: list[TrackedFace] = field(default_factory=list)
+    plans: list[Any] | None = None  # the engine's `plan` of each face (SwapOptions.plans), if it has one
 
 
 class FramePipeline:
@@ -288,6 +290,10 @@ class FramePipeline:
         tracked_faces = self._track_batched([item.job for item in swapping])
         for item, faces in zip(swapping, tracked_faces):
             item.faces = self._select(item.job.frame, faces, item.job)
+            assert item.engine_name is not None
+            plan = getattr(self.engines[item.engine_name], "plan", None)  # the swap's geometry, here
+            if plan is not None and item.faces:
+                item.plans = plan(item.job.frame, item.faces, self._source_for(item.job, item.engine_name))
         if swapping:
             self.timer.record("track", time.perf_counter() - started)
         return tracked
@@ -309,7 +315,7 @@ class FramePipeline:
                     tracked[index].job.frame,
                     tracked[index].faces,
                     self._source_for(tracked[index].job, engine_name),
-                    self._options(tracked[index].job),
+                    self._options(tracked[index].job, tracked[index].plans),
                 )
                 for index in indices
             ]
@@ -380,12 +386,13 @@ class FramePipeline:
         return job.source.per_engine[engine_name]
 
     @staticmethod
-    def _options(job: FrameJob) -> SwapOptions:
+    def _options(job: FrameJob, plans: list[Any] | None = None) -> SwapOptions:
         return SwapOptions(
             mouth_mask=job.settings.mouth_mask,
             enhance=job.settings.enhancer,
             occlusion=job.settings.occlusion,
             memory=job.stream.memory,
+            plans=plans,
         )
 
     def _select(self, frame: Frame, faces: list[TrackedFace], job: FrameJob) -> list[TrackedFace]:

@@ -2,7 +2,7 @@
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from gpu_ops.errors import LivefuseError
 from models.face import Frame, TrackedFace
@@ -52,6 +52,9 @@ class SwapOptions:
     enhance: bool = False
     occlusion: bool = True  # what stands in front of a target face stays in front (mesh engine)
     memory: StreamMemory | None = field(default=None, compare=False)  # None: every frame stands alone
+    # per face, in the faces' order: what the engine's `plan` worked out in the pipeline's track half
+    # (MeshEngine: each face's geometry and remap field); None: the swap works everything out itself
+    plans: Sequence[Any] | None = field(default=None, compare=False)
 
 
 class SourceFace(Protocol):

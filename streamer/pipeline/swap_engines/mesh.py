@@ -29,7 +29,7 @@ from gpu_ops.mesh_warp import apply_remap, build_remap, color_channels
 from gpu_ops.multiband_blend import mask_planes, multiband_blend
 from gpu_ops.occlusion_mask import show_weight
 from gpu_ops.rim_guard import rim_guard
-from gpu_ops.working_resolution import composite_working_resolution, scale_mesh, shrink, working_size
+from gpu_ops.working_resolution import composite_working_resolution, shrink
 from models import face_mesh_topology as topology
 from models.detector import Detector
 from models.face import Frame, TrackedFace
@@ -42,6 +42,7 @@ from streamer.pipeline.swap_engines.base import (
     StreamMemory,
     SwapOptions,
 )
+from streamer.pipeline.swap_engines.mesh_geometry import FaceGeometry, PasteBox, face_geometry, paste_box
 from streamer.pipeline.swap_engines.mesh_hands import FaceHands
 from streamer.pipeline.swap_engines.mesh_memory import (
     MeshMemory,
@@ -65,7 +66,6 @@ ShadingMethod = Literal["low_frequency", "lab", "none"]
 SHADING_METHODS: tuple[ShadingMethod, ...] = get_args(ShadingMethod)
 BlendMethod = Literal["multiband", "feather"]
 BLEND_METHODS: tuple[BlendMethod, ...] = get_args(BlendMethod)
-PasteBox = tuple[int, int, int, int]  # x1, y1, x2, y2 (exclusive), frame px
 
 MIN_FACE_PRESENCE = 0.5
 COVERED_FADE = 0.5  # a track whose swap shows less than this is covered (the tracker holds it)
@@ -161,11 +161,28 @@ class MeshEngine:
             memory = options.memory.part(MeshMemory)
             memory.begin_frame(source)
         output = frame.copy()
-        for face in faces:
+        plans = options.plans if options.plans is not None else [None] * len(faces)
+        for face, plan in zip(faces, plans, strict=True):
             if face.mesh is not None:
                 track = memory.track(face.track_id) if memory is not None else None
-                self.swap_face(output, face.mesh, source, options, track)
+                self.swap_face(output, face.mesh, source, options, track, plan)
         return output
+
+    def plan(
+        self, frame: Frame, faces: Sequence[TrackedFace], source: SourceFace
+    ) -> list[FaceGeometry | None]:
+        """Each face's swap geometry, remap field included (mesh_geometry.py), for `SwapOptions.plans`:
+        the pipeline's track half works it out so the swap half does less. None for a face without a
+        mesh, and for every face of a device frame (its field is built where the swap runs)."""
+        if not isinstance(source, MeshSource) or is_device_array(frame):
+            return [None] * len(faces)
+        size = (frame.shape[1], frame.shape[0])
+        return [
+            None
+            if face.mesh is None
+            else face_geometry(face.mesh, size, source.src_triangles, self.config.working_px)
+            for face in faces
+        ]
 
     def swap_face(
         self,
@@ -174,27 +191,36 @@ class MeshEngine:
         source: MeshSource,
         options: SwapOptions,
         track: TrackMemory | None = None,
+        plan: FaceGeometry | None = None,
     ) -> PasteBox:
         """Swap one face in place; only pixels inside the returned box may change. `track`: this face's
-        memory of earlier frames (smoothing), None to measure this frame alone.
+        memory of earlier frames (smoothing), None to measure this frame alone. `plan`: this mesh's
+        geometry from `plan` (worked out here when None, or when made for another mesh).
 
         A box larger than `MeshConfig.working_px` is swapped at that size and composited back at full
         resolution (gpu_ops.working_resolution), so a 720p close-up costs what a 480p face does.
         """
-        box = paste_box(mesh, frame.shape[1], frame.shape[0])
+        geometry = plan
+        if geometry is None or geometry.mesh is not mesh:
+            # the device path swaps at full size: it has the headroom (docs/gpu.md)
+            geometry = face_geometry(
+                mesh, (frame.shape[1], frame.shape[0]), None, self.config.working_px,
+                full_size=is_device_array(frame),
+            )  # fmt: skip
+        box = geometry.box
         x1, y1, x2, y2 = box
         if x2 - x1 < 2 or y2 - y1 < 2:
             return box
         hands = self._hand_outlines(frame, mesh, options, track)
         region = frame[y1:y2, x1:x2]
-        local = np.array(mesh, np.float32, copy=True)
-        local[:, :2] -= np.array([x1, y1], np.float32)
         corner = np.array([x1, y1], np.float32)
-        working = working_size((x2 - x1, y2 - y1), self.config.working_px)
+        working = geometry.working
         origin = (float(x1), float(y1))
-        if working is None or is_device_array(frame):  # the device path has the headroom (docs/gpu.md)
+        if working is None:
             local_hands = [hand - corner for hand in hands]
-            self._swap_region(region, local, source, options, track, origin, 1.0, local_hands)
+            self._swap_region(
+                region, geometry.region_mesh, source, options, track, origin, 1.0, local_hands, geometry.field
+            )
             return box
         started = time.perf_counter()
         small_target = shrink(region, working)
@@ -202,13 +228,14 @@ class MeshEngine:
         shrunk_at = time.perf_counter()
         alpha = self._swap_region(
             small,
-            scale_mesh(local, (x2 - x1, y2 - y1), working),
+            geometry.region_mesh,
             source,
             options,
             track,
             origin,
             working[0] / (x2 - x1),
             [(hand - corner) * np.float32(working[0] / (x2 - x1)) for hand in hands],
+            geometry.field,
         )
         swapped_at = time.perf_counter()
         composite_working_resolution(region, small_target, small, alpha)
@@ -238,16 +265,18 @@ class MeshEngine:
         origin: tuple[float, float] = (0.0, 0.0),
         scale: float = 1.0,
         hands: Sequence[NDArray[np.float32]] = (),
+        field_: Any = None,
     ) -> Any:
         """Swap the face whose mesh (region px) fills `region`, in place; returns the paste alpha (what
         of the source each pixel shows at the finest band), which the working-resolution composite uses.
         `origin` is the region's corner in frame px and `scale` its px per frame px (the occlusion mask
-        follows the face from frame to frame in frame px)."""
+        follows the face from frame to frame in frame px). `field_`: the remap field, when planned."""
         started = time.perf_counter()
         size = (region.shape[1], region.shape[0])
         dst_triangles = mesh[topology.ALL_TRIANGLES, :2]
         on_device = is_device_array(region)  # CuPy frame: field, warp, masks and blend stay on the device
-        field_ = build_remap(dst_triangles, source.src_triangles, size, on_device=on_device)
+        if field_ is None:
+            field_ = build_remap(dst_triangles, source.src_triangles, size, on_device=on_device)
         texture_name: TextureName = "texture_features_cut" if options.mouth_mask else "texture"
         warped = apply_remap(self._pixels(source, texture_name, on_device), field_)
         xp = get_array_module(warped)
@@ -342,13 +371,4 @@ class MeshEngine:
         return apply_shading_ratio(patch, ratio)  # type: ignore[no-any-return]
 
 
-def paste_box(mesh: NDArray[np.float32], frame_width: int, frame_height: int) -> PasteBox:
-    """The integer box (x2, y2 exclusive) holding every mesh point plus a 1-px rim, inside the frame."""
-    low = np.floor(mesh[:, :2].min(axis=0)) - 1
-    high = np.ceil(mesh[:, :2].max(axis=0)) + 2
-    x1, y1 = int(max(0, low[0])), int(max(0, low[1]))
-    x2, y2 = int(min(frame_width, high[0])), int(min(frame_height, high[1]))
-    return x1, y1, max(x1, x2), max(y1, y2)
-
-
-__all__ = ["MeshConfig", "MeshEngine", "MeshSource", "NoFaceError", "paste_box"]
+__all__ = ["FaceGeometry", "MeshConfig", "MeshEngine", "MeshSource", "NoFaceError", "paste_box"]

@@ -344,3 +344,29 @@ def test_swap_of_a_cupy_frame_stays_on_the_device_and_matches_the_cpu(
     assert isinstance(result, cupy.ndarray)
     # warp and masks are exact; the shading ratio's float sums may round a level apart
     assert np.abs(cupy.asnumpy(result).astype(int) - expected).max() <= 1
+
+
+@pytest.mark.parametrize("face_height", [180, 420])  # 420: swapped at the working resolution
+def test_a_planned_swap_is_the_swap_worked_out_alone(
+    source_mesh: NDArray[np.float32], source_image: Frame, face_height: int
+) -> None:
+    """The geometry the pipeline's track half works out (`plan`: box, working size, remap field) gives
+    the same bytes as the swap working it out itself; a plan made for another mesh is not used."""
+    engine = make_engine(source_mesh)
+    source = engine.prepare_source(source_image)
+    size = (1280, 720) if face_height > 300 else (640, 480)
+    target_mesh = place(FRONTAL_MESH, (size[0] / 2, size[1] / 2), face_height)
+    other_mesh = place(FRONTAL_MESH, (size[0] / 2 + 40, size[1] / 2), face_height * 0.8)
+    frame = painted_face(size, target_mesh, seed=5)
+    faces = [tracked(target_mesh)]
+    plans = engine.plan(frame, faces, source)
+    assert plans[0] is not None and plans[0].field is not None
+    assert (plans[0].working is not None) == (face_height > 300)
+    alone = engine.swap(frame, faces, source, SwapOptions())
+    planned = engine.swap(frame, faces, source, SwapOptions(plans=plans))
+    np.testing.assert_array_equal(planned, alone)
+    stale = engine.plan(frame, [tracked(other_mesh)], source)
+    np.testing.assert_array_equal(engine.swap(frame, faces, source, SwapOptions(plans=stale)), alone)
+    assert engine.plan(frame, [TrackedFace(2, faces[0].box, 1.0, faces[0].landmarks_5, None)], source) == [
+        None
+    ]
