@@ -2,13 +2,9 @@
 swapped, never more than two batches in flight, frames in order, faults handled as on one thread."""
 
 import asyncio
-import fractions
 import threading
-import time
-from collections.abc import Callable
 
 import av
-import numpy as np
 import pytest
 
 from streamer.realtime.batch_worker import BatchWorker
@@ -16,32 +12,7 @@ from streamer.realtime.device_frames import HostTransfers
 from streamer.realtime.frame_conversion import DeviceFrameConversion
 from streamer.realtime.worker_lane import InboundFrame, WorkerLane
 from tests.fakes_pipeline import FakePipeline, FakeSource, FakeStreamState, FakeSwapSettings, fake_binding
-
-
-def _inbound(pts: int, value: int) -> InboundFrame:
-    frame = av.VideoFrame.from_ndarray(np.full((120, 160, 3), value, np.uint8), format="rgb24")
-    frame.pts = pts
-    frame.time_base = fractions.Fraction(1, 90000)
-    return InboundFrame(frame, time.monotonic())
-
-
-class Collector:
-    def __init__(self, expected: int) -> None:
-        self.items: list[tuple[InboundFrame, av.VideoFrame]] = []
-        self.done = threading.Event()
-        self.expected = expected
-
-    def __call__(self, item: InboundFrame, output: av.VideoFrame) -> None:
-        self.items.append((item, output))
-        if len(self.items) >= self.expected:
-            self.done.set()
-
-
-async def _until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        await asyncio.sleep(0.01)
+from tests.unit.streamer.realtime.test_batch_worker import Collector, _inbound, _until
 
 
 def _lane(collector: Collector) -> WorkerLane:
