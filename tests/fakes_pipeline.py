@@ -117,12 +117,7 @@ class FakePipeline:
     def process_batch(self, jobs: Sequence[FakeFrameJob]) -> list[Frame | None]:
         self._record_thread()
         self.batch_sizes.append(len(jobs))
-        if self.hold is not None:
-            assert self.hold.wait(timeout=10.0), "the test never released the held batch"
-        if self.delay_s:
-            time.sleep(self.delay_s)
-        if self.fail_batches:
-            raise RuntimeError("fake pipeline failure")
+        self._hold_delay_fail()
         for job in jobs:
             job.stream.frames += 1
         return [self._swapped(job) for job in jobs]
@@ -141,13 +136,17 @@ class FakePipeline:
     def swap_tracked(self, jobs: Sequence[FakeFrameJob]) -> list[Frame | None]:
         """The second phase: held and delayed like `process_batch`."""
         self.swap_threads.add(threading.current_thread().name)
+        self._hold_delay_fail()
+        return [self._swapped(job) for job in jobs]
+
+    def _hold_delay_fail(self) -> None:
+        """What the swap does to a test's timing: held, delayed, or failing as the test set it."""
         if self.hold is not None:
             assert self.hold.wait(timeout=10.0), "the test never released the held batch"
         if self.delay_s:
             time.sleep(self.delay_s)
         if self.fail_batches:
             raise RuntimeError("fake pipeline failure")
-        return [self._swapped(job) for job in jobs]
 
     @staticmethod
     def _swapped(job: FakeFrameJob) -> Frame | None:

@@ -25,7 +25,7 @@ from gpu_ops.backend import get_array_module, is_device_array
 from gpu_ops.color_transfer import apply_shading_ratio, shading_grid, shading_ratio, transfer_lab_statistics
 from gpu_ops.errors import InvalidInputError
 from gpu_ops.masks import blend, fill_polygons
-from gpu_ops.mesh_warp import apply_remap, build_remap, color_channels
+from gpu_ops.mesh_warp import apply_remap, color_channels
 from gpu_ops.multiband_blend import mask_planes, multiband_blend
 from gpu_ops.occlusion_mask import show_weight
 from gpu_ops.rim_guard import rim_guard
@@ -202,10 +202,9 @@ class MeshEngine:
         """
         geometry = plan
         if geometry is None or geometry.mesh is not mesh:
-            # the device path swaps at full size: it has the headroom (docs/gpu.md)
             geometry = face_geometry(
-                mesh, (frame.shape[1], frame.shape[0]), None, self.config.working_px,
-                full_size=is_device_array(frame),
+                mesh, (frame.shape[1], frame.shape[0]), source.src_triangles, self.config.working_px,
+                on_device=is_device_array(frame),
             )  # fmt: skip
         box = geometry.box
         x1, y1, x2, y2 = box
@@ -219,7 +218,7 @@ class MeshEngine:
         if working is None:
             local_hands = [hand - corner for hand in hands]
             self._swap_region(
-                region, geometry.region_mesh, source, options, track, origin, 1.0, local_hands, geometry.field
+                region, geometry.region_mesh, geometry.field, source, options, track, origin, 1.0, local_hands
             )
             return box
         started = time.perf_counter()
@@ -229,13 +228,13 @@ class MeshEngine:
         alpha = self._swap_region(
             small,
             geometry.region_mesh,
+            geometry.field,
             source,
             options,
             track,
             origin,
             working[0] / (x2 - x1),
             [(hand - corner) * np.float32(working[0] / (x2 - x1)) for hand in hands],
-            geometry.field,
         )
         swapped_at = time.perf_counter()
         composite_working_resolution(region, small_target, small, alpha)
@@ -259,24 +258,22 @@ class MeshEngine:
         self,
         region: Frame,
         mesh: NDArray[np.float32],
+        field_: Any,
         source: MeshSource,
         options: SwapOptions,
         track: TrackMemory | None,
         origin: tuple[float, float] = (0.0, 0.0),
         scale: float = 1.0,
         hands: Sequence[NDArray[np.float32]] = (),
-        field_: Any = None,
     ) -> Any:
         """Swap the face whose mesh (region px) fills `region`, in place; returns the paste alpha (what
         of the source each pixel shows at the finest band), which the working-resolution composite uses.
         `origin` is the region's corner in frame px and `scale` its px per frame px (the occlusion mask
-        follows the face from frame to frame in frame px). `field_`: the remap field, when planned."""
+        follows the face from frame to frame in frame px). `field_`: the remap field onto `mesh`
+        (mesh_geometry.py)."""
         started = time.perf_counter()
         size = (region.shape[1], region.shape[0])
-        dst_triangles = mesh[topology.ALL_TRIANGLES, :2]
         on_device = is_device_array(region)  # CuPy frame: field, warp, masks and blend stay on the device
-        if field_ is None:
-            field_ = build_remap(dst_triangles, source.src_triangles, size, on_device=on_device)
         texture_name: TextureName = "texture_features_cut" if options.mouth_mask else "texture"
         warped = apply_remap(self._pixels(source, texture_name, on_device), field_)
         xp = get_array_module(warped)

@@ -24,7 +24,7 @@ PasteBox = tuple[int, int, int, int]  # x1, y1, x2, y2 (exclusive), frame px
 class FaceGeometry:
     """One face's swap geometry. `mesh` is the frame-px mesh it was made for; `working` the (w, h) the
     region is swapped at (None: full size); `region_mesh` the mesh in the px of what is swapped;
-    `field` the remap field over it (None: built by the swap, as on the device path)."""
+    `field` the remap field over it (on the device for a device frame; None for a box under 2 px)."""
 
     mesh: NDArray[np.float32]
     box: PasteBox
@@ -45,22 +45,23 @@ def paste_box(mesh: NDArray[np.float32], frame_width: int, frame_height: int) ->
 def face_geometry(
     mesh: NDArray[np.float32],
     frame_size: tuple[int, int],
-    src_triangles: NDArray[np.float32] | None,
+    src_triangles: NDArray[np.float32],
     working_px: int | None,
     *,
-    full_size: bool = False,
+    on_device: bool = False,
 ) -> FaceGeometry:
-    """The geometry of the face with `mesh` in a (w, h) frame; with `src_triangles` (the source's
-    triangles) the remap field too. `full_size`: never at a working size (the device path)."""
+    """The geometry of the face with `mesh` in a (w, h) frame, the field warping the source's
+    triangles onto it included. `on_device`: the field in CuPy, and never at a working size (the device
+    path has the headroom, docs/gpu.md)."""
     box = paste_box(mesh, *frame_size)
     x1, y1, x2, y2 = box
     local = np.array(mesh, np.float32, copy=True)
     local[:, :2] -= np.array([x1, y1], np.float32)
     size = (x2 - x1, y2 - y1)
-    working = None if full_size or min(size) < 2 else working_size(size, working_px)
+    working = None if on_device or min(size) < 2 else working_size(size, working_px)
     region_mesh = local if working is None else scale_mesh(local, size, working)
     field = None
-    if src_triangles is not None and min(size) >= 2:
+    if min(size) >= 2:
         dst_triangles = region_mesh[topology.ALL_TRIANGLES, :2]
-        field = build_remap(dst_triangles, src_triangles, working or size)
+        field = build_remap(dst_triangles, src_triangles, working or size, on_device=on_device)
     return FaceGeometry(mesh, box, working, region_mesh, field)
