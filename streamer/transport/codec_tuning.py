@@ -4,7 +4,12 @@
   `ultrafast` + `zerolatency` (1.2 / 4.1 ms).
 - Bitrate: aiortc starts VP8 at 500 kbps and caps it at 1.5 Mbps whatever the size; ours starts from the
   frame size (about 0.08 bit per pixel at 30 fps: 0.74 Mbps at 640x480, 2.2 Mbps at 720p) until the
-  receiver's REMB estimate takes over, within 0.3..2.5 Mbps.
+  receiver's REMB estimate takes over, within 0.3 Mbps and the size's ceiling: libwebrtc's defaults
+  (`GetMaxDefaultVideoBitrateKbps`: 0.6 / 1.7 / 2.0 / 2.5 Mbps up to 320x240 / 640x480 / 960x540 /
+  above). A loopback or LAN estimate climbs to any cap; past the ceiling a 480p frame only costs more to
+  encode, send and decode (at 2.5 Mbps a 480p frame took 3.5 ms to encode, at 1.7 Mbps 3.0), and the
+  estimate's wander above it no longer rebuilds the encoder (aiortc makes a new VP8 context, and so a
+  keyframe, on every change over 10 %).
 - Bandwidth: aiortc's sender already hands the receiver's REMB estimate to the encoder (`target_bitrate`,
   kept within 0.3..2.5 Mbps here). When that estimate is too low for the frame size (under
   MIN_BITS_PER_PIXEL at 30 fps) and the encoder is using most of it (a still picture gets a low estimate
@@ -35,6 +40,7 @@ logger = logging.getLogger(__name__)
 BITS_PER_PIXEL_AT_30FPS = 0.08
 MIN_BITRATE = 300_000
 MAX_BITRATE = 2_500_000
+SIZE_CEILINGS = ((320 * 240, 600_000), (640 * 480, 1_700_000), (960 * 540, 2_000_000))  # else MAX_BITRATE
 MIN_BITS_PER_PIXEL = 0.05  # at 30 fps: below this VP8 at full size turns to blocks
 SEND_SCALES = (1.0, 0.75, 0.5)  # of each side; the smallest is the floor
 SCALE_UP_HEADROOM = 1.25
@@ -49,6 +55,12 @@ def bitrate_for_resolution(width: int, height: int, fps: float = 30.0) -> int:
     """A start bitrate in bit/s for this frame size, within MIN_BITRATE..MAX_BITRATE."""
     wanted = int(width * height * fps * BITS_PER_PIXEL_AT_30FPS)
     return max(MIN_BITRATE, min(wanted, MAX_BITRATE))
+
+
+def max_bitrate_for_resolution(width: int, height: int) -> int:
+    """The most bit/s worth sending for a `width`x`height` frame (libwebrtc's size classes)."""
+    pixels = width * height
+    return next((bitrate for most, bitrate in SIZE_CEILINGS if pixels <= most), MAX_BITRATE)
 
 
 def send_scale(width: int, height: int, bitrate: int, current: float = 1.0, fps: float = 30.0) -> float:
@@ -81,6 +93,7 @@ class _SizedBitrate:
 
     _mangled_bitrate: str
     _bitrate_from_receiver = False
+    _estimate = MAX_BITRATE  # the receiver's last estimate; the encoder gets it within the size's ceiling
     send_scale = 1.0  # what the last frame was encoded at (session stats show it)
     sent_size: tuple[int, int] | None = None
     output_bitrate = 0.0  # what the encoder actually produced lately (bit/s, smoothed)
@@ -106,7 +119,8 @@ class _SizedBitrate:
     @target_bitrate.setter
     def target_bitrate(self, bitrate: int) -> None:
         self._bitrate_from_receiver = True
-        setattr(self, self._mangled_bitrate, max(MIN_BITRATE, min(int(bitrate), MAX_BITRATE)))
+        self._estimate = max(MIN_BITRATE, min(int(bitrate), MAX_BITRATE))
+        setattr(self, self._mangled_bitrate, self._estimate)  # the next frame applies its size's ceiling
 
     def _size_bitrate(self, frame: Any) -> Any:
         """The frame to encode: the size rule's start bitrate before any estimate; after one, the frame
@@ -116,6 +130,8 @@ class _SizedBitrate:
         if not self._bitrate_from_receiver:
             setattr(self, self._mangled_bitrate, bitrate_for_resolution(frame.width, frame.height))
         else:
+            ceiling = max_bitrate_for_resolution(frame.width, frame.height)
+            setattr(self, self._mangled_bitrate, max(MIN_BITRATE, min(self._estimate, ceiling)))
             budget_used = self.output_bitrate >= BUDGET_USED * self.target_bitrate
             scale = send_scale(
                 frame.width, frame.height, self.target_bitrate, self.send_scale, self.output_fps
