@@ -19,6 +19,7 @@ from typing import Any, Literal, get_args
 
 import onnxruntime as ort
 
+from models.cpu_graph import cpu_session_source
 from models.errors import GpuUnavailableError, ModelContractError
 from models.registry import ModelSpec, TensorSpec
 
@@ -165,8 +166,12 @@ def create_session(model_path: Path, spec: ModelSpec, config: InferenceConfig) -
             f"{available_providers()}; install requirements-gpu.txt (onnxruntime-gpu) or use cpu"
         )
     started = time.perf_counter()
+    source: str | bytes = str(model_path)
+    split = 0
+    if config.execution_provider == "cpu":
+        source, split = cpu_session_source(model_path)
     session = ort.InferenceSession(
-        str(model_path),
+        source,
         sess_options=options,
         providers=[name for name, _ in chain],
         provider_options=[opts for _, opts in chain],
@@ -179,10 +184,11 @@ def create_session(model_path: Path, spec: ModelSpec, config: InferenceConfig) -
         )
     check_contract(session, spec)
     logger.info(
-        "model %s loaded from %s on %s in %.0f ms; %d intra-op thread(s), spinning %s (%s)",
+        "model %s loaded from %s on %s%s in %.0f ms; %d intra-op thread(s), spinning %s (%s)",
         spec.name,
         model_path,
         active[0],
+        f" ({split} PRelu split for the CPU provider)" if split else "",
         (time.perf_counter() - started) * 1000.0,
         threads.intra_op_threads,
         "on" if threads.allow_spinning else "off",
