@@ -19,6 +19,7 @@ from streamer.transport.codec_tuning import (
     bitrate_for_resolution,
     get_tuned_encoder,
     install_codec_tuning,
+    max_bitrate_for_resolution,
     prefer_codec,
     scaled_size,
     send_scale,
@@ -78,10 +79,34 @@ def test_vp8_start_bitrate_follows_frame_size_until_remb() -> None:
     assert tuned.codec.bit_rate == bitrate_for_resolution(1280, 720) > 2_000_000
     tuned.target_bitrate = 10_000_000  # a REMB estimate from the receiver
     assert tuned.target_bitrate == MAX_BITRATE
-    tuned.encode(_frame(640, 480, 1))
+    tuned.encode(_frame(1280, 720, 1))
     assert (
         tuned.codec is not None and tuned.codec.bit_rate == MAX_BITRATE
     )  # receiver's estimate wins over the size rule
+
+
+def test_vp8_bitrate_stays_within_the_frame_size_ceiling() -> None:
+    """A loopback or LAN estimate climbs to any cap: a 480p stream stops at libwebrtc's 1.7 Mbit/s, and
+    the estimate wandering above it does not rebuild the encoder (a new context is a keyframe)."""
+    assert [max_bitrate_for_resolution(*size) for size in ((320, 240), (640, 480), (960, 540), (1280, 720))] == [
+        600_000, 1_700_000, 2_000_000, MAX_BITRATE
+    ]  # fmt: skip
+    tuned = TunedVp8Encoder()
+    tuned.encode(_frame(640, 480))
+    tuned.target_bitrate = 2_500_000
+    tuned.encode(_frame(640, 480, 1))
+    context = tuned.codec
+    assert context is not None and context.bit_rate == 1_700_000
+    for index, estimate in enumerate((2_100_000, 2_400_000, 1_900_000), start=2):
+        tuned.target_bitrate = estimate
+        tuned.encode(_frame(640, 480, index))
+    assert tuned.codec is context  # never rebuilt
+    tuned.target_bitrate = 900_000  # below the ceiling the estimate rules again
+    tuned.encode(_frame(640, 480, 5))
+    assert tuned.codec is not None and tuned.codec.bit_rate == 900_000
+    tuned.target_bitrate = 2_500_000
+    tuned.encode(_frame(1280, 720, 6))  # a larger frame gets its own, higher ceiling
+    assert tuned.codec is not None and tuned.codec.bit_rate == MAX_BITRATE
 
 
 def test_install_routes_the_sender_to_tuned_encoders() -> None:
