@@ -16,6 +16,10 @@
   because it needs little: that is no congestion), the frame is encoded smaller, 3/4 or 1/2 of each
   side, rather than as a blocky full-size frame that overshoots the link; it goes back up only with
   25 % headroom, so a wavering estimate does not flip the size (each change costs a keyframe).
+- VP8 without the temporal denoiser: aiortc sets libvpx's `noise-sensitivity` 4, meant for a camera
+  sensor's noise; what the daemon encodes is video the client already encoded and the daemon decoded,
+  with a synthetic face in it. Off, a 640x480 frame encodes in 0.6 ms less (3.5 -> 2.9 ms) and comes
+  out 3.3 dB closer to the frame handed over (Y-PSNR, same bitrate; the Hamilton clip, 30 and 12 fps).
 - VP8 first: `prefer_codec` sets a transceiver's codec preferences so answers pick VP8 when offered.
 
 `install_codec_tuning()` swaps the encoder factory aiortc's sender calls; idempotent.
@@ -23,6 +27,7 @@
 
 import fractions
 import logging
+import os
 import time
 from typing import Any
 
@@ -32,7 +37,7 @@ from aiortc import RTCRtpReceiver, RTCRtpSender, RTCRtpTransceiver
 from aiortc.codecs import get_encoder
 from aiortc.codecs.base import Encoder
 from aiortc.codecs.h264 import MAX_FRAME_RATE, H264Encoder
-from aiortc.codecs.vpx import Vp8Encoder
+from aiortc.codecs.vpx import Vp8Encoder, number_of_threads
 from aiortc.rtcrtpparameters import RTCRtpCodecParameters
 
 logger = logging.getLogger(__name__)
@@ -47,6 +52,17 @@ SCALE_UP_HEADROOM = 1.25
 BUDGET_USED = 0.7  # output at this share of the estimate or more: the estimate is what limits it
 OUTPUT_SMOOTHING = 0.1  # per frame: about a third of a second at 30 fps
 X264_LOW_LATENCY_OPTIONS = {"level": "31", "preset": "ultrafast", "tune": "zerolatency"}
+# aiortc 1.16's libvpx settings (Vp8Encoder.encode) but for the denoiser; bitrate-derived ones added per context
+VP8_OPTIONS = {
+    "cpu-used": "-6",
+    "deadline": "realtime",
+    "lag-in-frames": "0",
+    "noise-sensitivity": "0",
+    "overshoot-pct": "15",
+    "partitions": "0",
+    "static-thresh": "1",
+    "undershoot-pct": "100",
+}
 
 _ORIGINAL_GET_ENCODER = get_encoder
 
@@ -158,9 +174,41 @@ class TunedVp8Encoder(_SizedBitrate, Vp8Encoder):
     _mangled_bitrate = "_Vp8Encoder__target_bitrate"
 
     def encode(self, frame: Any, force_keyframe: bool = False) -> tuple[list[bytes], int]:
-        payloads, timestamp = super().encode(self._size_bitrate(frame), force_keyframe)
+        frame = self._size_bitrate(frame)
+        if isinstance(frame, av.VideoFrame):
+            self._prepare_context(frame)
+        payloads, timestamp = super().encode(frame, force_keyframe)
         self._note_output(payloads)
         return payloads, timestamp
+
+    def _prepare_context(self, frame: av.VideoFrame) -> None:
+        """Build the libvpx context aiortc would build for this frame (same size, rate and rules for a
+        rebuild), with VP8_OPTIONS: aiortc finds it and keeps it."""
+        codec = self.codec
+        bitrate = self.target_bitrate
+        if codec is not None and (
+            frame.width == codec.width
+            and frame.height == codec.height
+            and abs(bitrate - codec.bit_rate) / codec.bit_rate <= 0.1
+        ):
+            return
+        codec = av.CodecContext.create("libvpx", "w")
+        codec.width = frame.width
+        codec.height = frame.height
+        codec.bit_rate = bitrate
+        codec.pix_fmt = "yuv420p"
+        codec.gop_size = 3000
+        codec.qmin = 2
+        codec.qmax = 56
+        # minrate = maxrate = bit_rate makes it CBR; FFmpeg derives a 1 s buffer from bufsize / bit_rate
+        codec.options = {
+            **VP8_OPTIONS,
+            "bufsize": str(bitrate),
+            "minrate": str(bitrate),
+            "maxrate": str(bitrate),
+        }
+        codec.thread_count = number_of_threads(frame.width * frame.height, os.cpu_count() or 1)
+        self.codec = codec
 
 
 class LowLatencyH264Encoder(_SizedBitrate, H264Encoder):

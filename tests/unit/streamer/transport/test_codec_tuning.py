@@ -203,3 +203,18 @@ def test_a_still_picture_with_a_low_estimate_stays_full_size() -> None:
         tuned.encode(_still(640, 480, index))
     assert tuned.output_bitrate < 0.7 * 350_000
     assert tuned.sent_size == (640, 480)
+
+
+def test_vp8_runs_without_the_denoiser_and_aiortc_keeps_its_context() -> None:
+    """The tuned encoder builds the libvpx context itself (aiortc's settings, denoiser off): aiortc
+    finds it fitting and keeps it; a size or bitrate change still gives a new one."""
+    tuned = TunedVp8Encoder()
+    tuned._prepare_context(tuned._size_bitrate(_frame(640, 480)))
+    context = tuned.codec
+    assert context is not None and context.options["noise-sensitivity"] == "0"  # read before it opens
+    assert context.options["cpu-used"] == "-6" and context.options["maxrate"] == str(context.bit_rate)
+    first, _ = tuned.encode(_frame(640, 480))
+    second, _ = tuned.encode(_frame(640, 480, 1))
+    assert tuned.codec is context and first and second
+    tuned.encode(_frame(320, 240, 2))
+    assert tuned.codec is not context and tuned.codec is not None and tuned.codec.width == 320
