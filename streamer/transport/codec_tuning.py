@@ -186,10 +186,12 @@ class TunedVp8Encoder(_SizedBitrate, Vp8Encoder):
         rebuild), with VP8_OPTIONS: aiortc finds it and keeps it."""
         codec = self.codec
         bitrate = self.target_bitrate
-        if codec is not None and (
-            frame.width == codec.width
-            and frame.height == codec.height
-            and abs(bitrate - codec.bit_rate) / codec.bit_rate <= 0.1
+        current = (codec.bit_rate or 0) if codec is not None else 0
+        if (
+            codec is not None
+            and current > 0
+            and (frame.width, frame.height) == (codec.width, codec.height)
+            and abs(bitrate - current) / current <= 0.1
         ):
             return
         codec = av.CodecContext.create("libvpx", "w")
