@@ -152,7 +152,7 @@ def crop_faces_cpu(
 
 
 def _normalise_into(
-    target: NDArray[np.float32], crop: NDArray[np.uint8], scale: Any, mean: Any, std: Any
+    target: NDArray[np.float32], crop: NDArray[Any], scale: Any, mean: Any, std: Any
 ) -> None:
     """target = (crop * scale - mean) / std, written in place with the same float32 steps as that
     expression (a zero mean and a unit std skipped): a third of the time of the temporaries it makes."""
