@@ -12,7 +12,9 @@ skin (gpu_ops.skin_model, fitted on its central cheeks and forehead, like the so
   from neutral, so the skin score alone lets a white cup pass as a highlight);
 - the eyes, brows, nose and the inner mouth are features, never occluders (their own masks handle
   them); on the lips only a near-neutral colour counts (lips are a redder skin, a microphone is grey),
-  so the source's lips are not drawn across a microphone.
+  so the source's lips are not drawn across a microphone. An occluder found outside a feature takes it
+  along where it runs across it or ends on it, and a thin one (a glasses rim) is followed along itself
+  over the brows (occlusion_regions.py).
 Crisp evidence without specks (connected regions of at least `occlusion_regions.MIN_OCCLUDER` of the face height squared)
 is grown past its anti-aliased rim and softened.
 
@@ -54,7 +56,7 @@ from streamer.pipeline.swap_engines.mesh_skin import (
     sample_region,
 )
 from streamer.pipeline.swap_engines.mesh_source import MeshSourceConfig, depth, lowered_outline
-from streamer.pipeline.swap_engines.occlusion_regions import bridged, joined, mirror_rows, regions
+from streamer.pipeline.swap_engines.occlusion_regions import bridged, followed, joined, mirror_rows, regions
 
 logger = logging.getLogger(__name__)
 
@@ -240,8 +242,15 @@ def face_occlusion(
     # (the nose has no dark of its own but its nostrils, so there all that joins the occluder counts)
     gaze = feather_outside_cpu(eyes_and_brows, FEATURE_MARGIN * face_height, 0.015 * face_height)
     candidates = (evidence * protected) > threshold
+    outside = joined(crisp, candidates & (gaze <= 0.5))
+    in_gaze = candidates & (gaze > 0.5)
+    # a thin occluder is followed on over the brows from where it is found or joined outside them (a
+    # glasses rim leaving the cheek, the temple or the nose's bridge), not into the lids' opening: there
+    # the lash line runs on from the eye's corners, where a rim may touch it
+    lids = cv2.dilate(fill_polygons_cpu(size, eyes), disc(FEATURE_MARGIN * face_height)) > 0
     crossing = np.maximum(
-        bridged(crisp, candidates & (gaze > 0.5), face_height), joined(crisp, candidates & (gaze <= 0.5))
+        np.maximum(bridged(crisp, in_gaze, face_height), outside),
+        followed(np.maximum(crisp, outside), in_gaze & ~lids, face_height),
     )
     # an occluder crossing the outline takes its part in the outline zone along (a microphone below the
     # chin); what lies only in that zone (the background past a jaw) is the rim guard's, not an occluder

@@ -1,6 +1,6 @@
 """Region steps of the target occlusion mask (mesh_occlusion.py), at its working size: the face's mirror
 image row by row, crisp regions without specks, and how an occluder found outside a feature takes the
-feature along where it runs across it or onto it. Host arrays (NumPy, OpenCV)."""
+feature along where it runs across it, onto it or along it. Host arrays (NumPy, OpenCV)."""
 
 import cv2
 import numpy as np
@@ -14,6 +14,11 @@ Points = NDArray[np.float32]
 MIN_OCCLUDER = 0.07  # an occluder covers at least this squared (a strand of hair, not a pore or a crease)
 REACH = 0.1  # an occluder ending on a feature covers it this far...
 BRIDGE = 0.25  # ...and its parts on both sides of a feature this wide join across it
+# a thin occluder (a glasses rim) is followed this far along itself into a feature: from where it leaves
+# the cheek, the temple or the nose to the top of its arc over an eye (a quarter of a rim about an eye
+# wide: a lens is ~0.25 of the face height wide, ~0.2 high)
+FOLLOW = 0.2
+THIN = 0.1  # ...from where it is thinner than this (a rim, a temple arm; a broad one has REACH and BRIDGE)
 
 
 # the face's midline, forehead to chin (the mesh's own vertices on the symmetry plane)
@@ -108,3 +113,24 @@ def joined(found: Mask, candidates: NDArray[np.bool_]) -> Mask:
     reached[labels[found > 0]] = True
     reached[0] = False
     return (reached[labels] & candidates & (found <= 0)).astype(np.float32)
+
+
+def followed(found: Mask, candidates: NDArray[np.bool_], face_height: float) -> Mask:
+    """The `candidates` pixels that a thin part of `found` runs on into, as 0/1: reached from where
+    `found` is thin (no point within THIN of it lies further than THIN / 2 inside it: a broad
+    occluder's corner is not thin, nor its edge where a feature's protection cuts it) by a path through
+    candidates at most FOLLOW of the face height long, whichever way it curves (a closing, or a reach
+    in a straight line, misses a rim's arc over an eye)."""
+    if not candidates.any() or not found.any():
+        return np.zeros(found.shape, np.float32)
+    inside = (found > 0).astype(np.uint8)
+    half_width = cv2.dilate(cv2.distanceTransform(inside, cv2.DIST_L2, 3), disc(2.0 * THIN * face_height))
+    reached = ((inside > 0) & (half_width <= 0.5 * THIN * face_height)).astype(np.uint8)
+    allowed = candidates.astype(np.uint8) | reached
+    step = np.ones((3, 3), np.uint8)
+    for _ in range(max(1, round(FOLLOW * face_height))):
+        grown = np.asarray(cv2.dilate(reached, step), np.uint8) & allowed
+        if np.array_equal(grown, reached):
+            break
+        reached = grown
+    return ((reached > 0) & candidates & (inside == 0)).astype(np.float32)
