@@ -11,7 +11,7 @@
   estimate's wander above it no longer rebuilds the encoder (aiortc makes a new VP8 context, and so a
   keyframe, on every change over 10 %).
 - Bandwidth: aiortc's sender already hands the receiver's REMB estimate to the encoder (`target_bitrate`,
-  kept within 0.3..2.5 Mbps here). When that estimate is too low for the frame size (under
+  kept within 0.3 Mbps and the size's ceiling here). When that estimate is too low for the frame size (under
   MIN_BITS_PER_PIXEL at 30 fps) and the encoder is using most of it (a still picture gets a low estimate
   because it needs little: that is no congestion), the frame is encoded smaller, 3/4 or 1/2 of each
   side, rather than as a blocky full-size frame that overshoots the link; it goes back up only with
@@ -138,6 +138,18 @@ class _SizedBitrate:
         self._estimate = max(MIN_BITRATE, min(int(bitrate), MAX_BITRATE))
         setattr(self, self._mangled_bitrate, self._estimate)  # the next frame applies its size's ceiling
 
+    def _context_fits(self, frame: av.VideoFrame) -> bool:
+        """Whether the encoder's context can take `frame` as aiortc judges it: the same size and a
+        bitrate within 10 % of the target (else aiortc builds a new one, and so a keyframe)."""
+        codec = getattr(self, "codec", None)
+        current = (codec.bit_rate or 0) if codec is not None else 0
+        return (
+            codec is not None
+            and current > 0
+            and (frame.width, frame.height) == (codec.width, codec.height)
+            and abs(self.target_bitrate - current) / current <= 0.1
+        )
+
     def _size_bitrate(self, frame: Any) -> Any:
         """The frame to encode: the size rule's start bitrate before any estimate; after one, the frame
         scaled down when the estimate is too low for its size."""
@@ -184,16 +196,9 @@ class TunedVp8Encoder(_SizedBitrate, Vp8Encoder):
     def _prepare_context(self, frame: av.VideoFrame) -> None:
         """Build the libvpx context aiortc would build for this frame (same size, rate and rules for a
         rebuild), with VP8_OPTIONS: aiortc finds it and keeps it."""
-        codec = self.codec
-        bitrate = self.target_bitrate
-        current = (codec.bit_rate or 0) if codec is not None else 0
-        if (
-            codec is not None
-            and current > 0
-            and (frame.width, frame.height) == (codec.width, codec.height)
-            and abs(bitrate - current) / current <= 0.1
-        ):
+        if self._context_fits(frame):
             return
+        bitrate = self.target_bitrate
         codec = av.CodecContext.create("libvpx", "w")
         codec.width = frame.width
         codec.height = frame.height
@@ -226,15 +231,7 @@ class LowLatencyH264Encoder(_SizedBitrate, H264Encoder):
     def _encode_frame(self, frame: av.VideoFrame, force_keyframe: bool) -> Any:
         # aiortc builds its libx264 context inside _encode_frame with fixed options; building it here
         # first (same size, rate and profile) means aiortc's code finds it and keeps it.
-        codec = self.codec
-        current_bitrate = (codec.bit_rate or 0) if codec is not None else 0
-        stale = codec is not None and (
-            frame.width != codec.width
-            or frame.height != codec.height
-            or current_bitrate == 0
-            or abs(self.target_bitrate - current_bitrate) / current_bitrate > 0.1
-        )
-        if codec is None or stale:
+        if not self._context_fits(frame):
             self.buffer_data = b""
             self.buffer_pts = None
             codec = av.CodecContext.create("libx264", "w")
