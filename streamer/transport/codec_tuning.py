@@ -12,10 +12,13 @@
   keyframe, on every change over 10 %).
 - Bandwidth: aiortc's sender already hands the receiver's REMB estimate to the encoder (`target_bitrate`,
   kept within 0.3 Mbps and the size's ceiling here). When that estimate is too low for the frame size (under
-  MIN_BITS_PER_PIXEL at 30 fps) and the encoder is using most of it (a still picture gets a low estimate
-  because it needs little: that is no congestion), the frame is encoded smaller, 3/4 or 1/2 of each
-  side, rather than as a blocky full-size frame that overshoots the link; it goes back up only with
-  25 % headroom, so a wavering estimate does not flip the size (each change costs a keyframe).
+  MIN_BITS_PER_PIXEL at 30 fps) and the encoder is straining at it (its quantiser, smoothed over P
+  frames, at STRAINED_QP or coarser: FFmpeg's quality side data), the frame is encoded smaller, 3/4 or
+  1/2 of each side, rather than as a blocky full-size frame; it goes back up only with 25 % headroom, so a
+  wavering estimate does not flip the size (each change costs a keyframe). A constant-bitrate encoder
+  spends its whole budget on a still picture too, refining it (a photo at 443 kbit/s: every bit used,
+  VP8 quantiser 9 of 63; a moving clip: 33), so what the encoder uses says nothing of congestion; how
+  coarse it has to quantise does (libwebrtc's quality scaler decides on the same number).
 - VP8 without the temporal denoiser: aiortc sets libvpx's `noise-sensitivity` 4, meant for a camera
   sensor's noise; what the daemon encodes is video the client already encoded and the daemon decoded,
   with a synthetic face in it. Off, a 640x480 frame encodes in 0.6 ms less (3.5 -> 2.9 ms) and comes
@@ -29,6 +32,7 @@ import fractions
 import logging
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 import aiortc.rtcrtpsender
@@ -49,7 +53,9 @@ SIZE_CEILINGS = ((320 * 240, 600_000), (640 * 480, 1_700_000), (960 * 540, 2_000
 MIN_BITS_PER_PIXEL = 0.05  # at 30 fps: below this VP8 at full size turns to blocks
 SEND_SCALES = (1.0, 0.75, 0.5)  # of each side; the smallest is the floor
 SCALE_UP_HEADROOM = 1.25
-BUDGET_USED = 0.7  # output at this share of the estimate or more: the estimate is what limits it
+BUDGET_USED = 0.7  # without quality side data: output at this share of the estimate means strained
+QP_SETTLE_FRAMES = 60  # P frames after a new context before its quantiser counts: CBR starts coarse (2 s)
+FF_QP2LAMBDA = 118  # FFmpeg's quality side data holds the quantiser times this
 OUTPUT_SMOOTHING = 0.1  # per frame: about a third of a second at 30 fps
 X264_LOW_LATENCY_OPTIONS = {"level": "31", "preset": "ultrafast", "tune": "zerolatency"}
 # aiortc 1.16's libvpx settings (Vp8Encoder.encode) but for the denoiser; bitrate-derived ones added per context
@@ -100,6 +106,34 @@ def scaled_size(width: int, height: int, scale: float) -> tuple[int, int]:
     return max(2, round(width * scale / 2) * 2), max(2, round(height * scale / 2) * 2)
 
 
+def packet_quantiser(packet: av.Packet) -> float | None:
+    """The quantiser the encoder chose for `packet` (FFmpeg's quality side data: libvpx on its 0..63
+    scale, x264 on 0..51); None where the packet carries none."""
+    has_sidedata = getattr(packet, "has_sidedata", None)
+    if has_sidedata is None or not has_sidedata("quality_stats"):
+        return None
+    data = bytes(packet.get_sidedata("quality_stats"))
+    return int.from_bytes(data[:4], "little", signed=True) / FF_QP2LAMBDA
+
+
+class _MeteredContext:
+    """An encoder context that hands each packet it encodes to `note` (the size rule reads its
+    quantiser) and otherwise is the context aiortc's encoder works with."""
+
+    def __init__(self, context: Any, note: Callable[[av.Packet], None]) -> None:
+        self._context = context
+        self._note = note
+
+    def encode(self, frame: av.VideoFrame | None = None) -> list[av.Packet]:
+        packets: list[av.Packet] = self._context.encode(frame)
+        for packet in packets:
+            self._note(packet)
+        return packets
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._context, name)
+
+
 class _SizedBitrate:
     """Mixin: start from `bitrate_for_resolution` until the sender applies a REMB estimate.
 
@@ -114,6 +148,10 @@ class _SizedBitrate:
     sent_size: tuple[int, int] | None = None
     output_bitrate = 0.0  # what the encoder actually produced lately (bit/s, smoothed)
     output_fps = 30.0  # the frame rate it encodes at (smoothed): the size rule is per frame
+    output_qp: float | None = None  # the quantiser of its P frames since the context was built (smoothed)
+    _qp_frames = 0  # P frames that output_qp has seen
+    _quantiser_reported = False  # FFmpeg gives the quantiser (else the budget rule stands in)
+    strained_qp: float  # at this quantiser or coarser a low estimate shrinks the frame (per codec)
     _last_encoded_at: float | None = None
     clock = staticmethod(time.monotonic)  # tests give an encoder their own
 
@@ -127,6 +165,32 @@ class _SizedBitrate:
             self.output_bitrate += OUTPUT_SMOOTHING * (rate - self.output_bitrate)
             self.output_fps += OUTPUT_SMOOTHING * (min(1.0 / interval_s, 120.0) - self.output_fps)
         self._last_encoded_at = now
+
+    def _note_quality(self, packet: av.Packet) -> None:
+        qp = packet_quantiser(packet)
+        if qp is None:
+            return
+        self._quantiser_reported = True
+        if packet.is_keyframe:  # coarse at any rate: not the content's need
+            return
+        self._qp_frames += 1
+        self.output_qp = (
+            qp if self.output_qp is None else self.output_qp + OUTPUT_SMOOTHING * (qp - self.output_qp)
+        )
+
+    def _strained(self) -> bool:
+        """Whether the encoder is short of bits: it still quantises coarsely once its rate control has
+        settled (or, where FFmpeg gives no quantiser, it uses most of its budget)."""
+        if self._quantiser_reported:
+            qp = self.output_qp
+            return qp is not None and self._qp_frames >= QP_SETTLE_FRAMES and qp >= self.strained_qp
+        return self.output_bitrate >= BUDGET_USED * self.target_bitrate
+
+    def _metered(self, context: Any) -> Any:
+        """`context`, reporting its packets' quantiser; a new context's rate control starts afresh."""
+        self.output_qp = None
+        self._qp_frames = 0
+        return _MeteredContext(context, self._note_quality)
 
     @property
     def target_bitrate(self) -> int:
@@ -160,16 +224,17 @@ class _SizedBitrate:
         else:
             ceiling = max_bitrate_for_resolution(frame.width, frame.height)
             setattr(self, self._mangled_bitrate, max(MIN_BITRATE, min(self._estimate, ceiling)))
-            budget_used = self.output_bitrate >= BUDGET_USED * self.target_bitrate
             scale = send_scale(
                 frame.width, frame.height, self.target_bitrate, self.send_scale, self.output_fps
             )
-            if scale < self.send_scale and not budget_used:
+            if scale < self.send_scale and not self._strained():
                 scale = self.send_scale  # not congested: the content simply needs little
             if scale != self.send_scale:
                 logger.info(
-                    "encoder: %d kbit/s estimated, sending %s of %dx%d",
+                    "encoder: %d kbit/s estimated, %d used at quantiser %s, sending %s of %dx%d",
                     self.target_bitrate // 1000,
+                    self.output_bitrate // 1000,
+                    "?" if self.output_qp is None else f"{self.output_qp:.0f}",
                     f"{scale:g}",
                     frame.width,
                     frame.height,
@@ -184,6 +249,8 @@ class _SizedBitrate:
 
 class TunedVp8Encoder(_SizedBitrate, Vp8Encoder):
     _mangled_bitrate = "_Vp8Encoder__target_bitrate"
+    # libvpx's 0..63 scale: a 640x480 photo at 300-443 kbit/s sits at 9-17, a moving clip at 33-44
+    strained_qp = 24.0
 
     def encode(self, frame: Any, force_keyframe: bool = False) -> tuple[list[bytes], int]:
         frame = self._size_bitrate(frame)
@@ -215,13 +282,15 @@ class TunedVp8Encoder(_SizedBitrate, Vp8Encoder):
             "maxrate": str(bitrate),
         }
         codec.thread_count = number_of_threads(frame.width * frame.height, os.cpu_count() or 1)
-        self.codec = codec
+        self.codec = self._metered(codec)
 
 
 class LowLatencyH264Encoder(_SizedBitrate, H264Encoder):
     """aiortc's H264 encoder with x264 `ultrafast` + `zerolatency`."""
 
     _mangled_bitrate = "_H264Encoder__target_bitrate"
+    # x264's 0..51 scale: a 640x480 photo at 300-443 kbit/s sits at 20-24, a moving clip at 30-33
+    strained_qp = 27.0
 
     def encode(self, frame: Any, force_keyframe: bool = False) -> tuple[list[bytes], int]:
         payloads, timestamp = super().encode(self._size_bitrate(frame), force_keyframe)
@@ -243,7 +312,7 @@ class LowLatencyH264Encoder(_SizedBitrate, H264Encoder):
             codec.time_base = fractions.Fraction(1, MAX_FRAME_RATE)
             codec.options = dict(X264_LOW_LATENCY_OPTIONS)
             codec.profile = "Baseline"
-            self.codec = codec
+            self.codec = self._metered(codec)
         return super()._encode_frame(frame, force_keyframe)
 
 

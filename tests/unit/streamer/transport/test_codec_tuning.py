@@ -4,6 +4,7 @@ from collections.abc import Iterator
 
 import aiortc.rtcrtpsender
 import av
+import cv2
 import numpy as np
 import pytest
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCRtpSender
@@ -14,12 +15,14 @@ from aiortc.rtcrtpparameters import RTCRtpCodecParameters
 from streamer.transport.codec_tuning import (
     MAX_BITRATE,
     MIN_BITS_PER_PIXEL,
+    QP_SETTLE_FRAMES,
     LowLatencyH264Encoder,
     TunedVp8Encoder,
     bitrate_for_resolution,
     get_tuned_encoder,
     install_codec_tuning,
     max_bitrate_for_resolution,
+    packet_quantiser,
     prefer_codec,
     scaled_size,
     send_scale,
@@ -178,19 +181,41 @@ def _still(width: int, height: int, index: int) -> av.VideoFrame:
     return frame
 
 
-def test_a_low_estimate_encodes_smaller_frames_when_the_encoder_uses_it_all() -> None:
-    tuned = TunedVp8Encoder()
-    tuned.clock = FrameClock()  # type: ignore[method-assign,assignment]
+def _detailed_still(width: int, height: int, index: int) -> av.VideoFrame:
+    """A still picture with detail (gradients and discs) and a small corner that changes every frame:
+    a constant-bitrate encoder spends a low estimate on it all, refining it."""
+    y, x = np.mgrid[0:height, 0:width]
+    image = np.stack([x * 255 // width, y * 255 // height, (x + y) * 255 // (width + height)], -1).astype(
+        np.uint8
+    )
+    rng = np.random.default_rng(0)
+    for _ in range(40):
+        colour = tuple(int(v) for v in rng.integers(0, 256, 3))
+        centre = (int(rng.integers(0, width)), int(rng.integers(0, height)))
+        cv2.circle(image, centre, int(rng.integers(5, 60)), colour, -1)
+    image[:16, :64] = index * 37 % 256
+    frame = av.VideoFrame.from_ndarray(image, format="rgb24").reformat(format="yuv420p")
+    frame.pts, frame.time_base = index * 3000, fractions.Fraction(1, 90000)
+    return frame
+
+
+@pytest.mark.parametrize("encoder_class", [TunedVp8Encoder, LowLatencyH264Encoder])
+def test_a_low_estimate_encodes_smaller_frames_when_the_encoder_strains(encoder_class: type) -> None:
+    tuned = encoder_class()
+    tuned.clock = FrameClock()
     tuned.encode(_frame(640, 480))
     assert tuned.sent_size == (640, 480)  # before any estimate: the size rule, full size
     tuned.target_bitrate = 350_000  # a REMB estimate from a 400 kbit/s link
-    for index in range(1, 30):  # noise: the encoder spends every bit it is given
+    for index in range(1, QP_SETTLE_FRAMES):  # noise: the encoder quantises as coarsely as it may
         tuned.encode(_frame(640, 480, index))
-    assert tuned.output_bitrate > 0.7 * 350_000
+    assert tuned.sent_size == (640, 480), "shrunk before the rate control settled"
+    for index in range(QP_SETTLE_FRAMES, QP_SETTLE_FRAMES + 5):
+        tuned.encode(_frame(640, 480, index))
+    assert tuned.output_qp is not None and tuned.output_qp >= tuned.strained_qp
     assert tuned.sent_size == (480, 360)
     assert tuned.codec is not None and (tuned.codec.width, tuned.codec.height) == (480, 360)
     tuned.target_bitrate = 2_000_000
-    tuned.encode(_frame(640, 480, 30))
+    tuned.encode(_frame(640, 480, 100))
     assert tuned.sent_size == (640, 480)
 
 
@@ -203,6 +228,28 @@ def test_a_still_picture_with_a_low_estimate_stays_full_size() -> None:
         tuned.encode(_still(640, 480, index))
     assert tuned.output_bitrate < 0.7 * 350_000
     assert tuned.sent_size == (640, 480)
+
+
+@pytest.mark.parametrize("encoder_class", [TunedVp8Encoder, LowLatencyH264Encoder])
+def test_a_detailed_still_that_spends_a_low_estimate_stays_full_size(encoder_class: type) -> None:
+    """Constant bitrate spends the whole estimate on a still picture too (refining it): using the
+    budget is no congestion, a quantiser that stays coarse is."""
+    tuned = encoder_class()
+    tuned.clock = FrameClock()
+    tuned.target_bitrate = 350_000
+    for index in range(4 * QP_SETTLE_FRAMES // 2):
+        tuned.encode(_detailed_still(640, 480, index))
+    assert tuned.output_bitrate > 0.7 * 350_000  # the old rule's "uses it all"
+    assert tuned.output_qp is not None and tuned.output_qp < tuned.strained_qp
+    assert tuned.sent_size == (640, 480)
+
+
+def test_the_quantiser_is_read_from_the_packets() -> None:
+    tuned = TunedVp8Encoder()
+    tuned.encode(_frame(640, 480))
+    assert tuned.output_qp is None  # a keyframe says nothing of the content's need
+    tuned.encode(_frame(640, 480, 1))
+    assert tuned.output_qp is not None and 0 <= tuned.output_qp <= 63
 
 
 def test_vp8_runs_without_the_denoiser_and_aiortc_keeps_its_context() -> None:
@@ -218,3 +265,14 @@ def test_vp8_runs_without_the_denoiser_and_aiortc_keeps_its_context() -> None:
     assert tuned.codec is context and first and second
     tuned.encode(_frame(320, 240, 2))
     assert tuned.codec is not context and tuned.codec is not None and tuned.codec.width == 320
+
+
+def test_without_a_quantiser_the_budget_the_encoder_uses_stands_in() -> None:
+    """An FFmpeg whose packets carry no quality data: strained means using most of the estimate."""
+    assert packet_quantiser(av.Packet(b"\x00" * 8)) is None
+    tuned = TunedVp8Encoder()
+    tuned.target_bitrate = 350_000
+    tuned.output_bitrate = 0.9 * 350_000
+    assert tuned._strained()
+    tuned.output_bitrate = 0.3 * 350_000
+    assert not tuned._strained()
