@@ -217,7 +217,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--batch-wait-ms",
         type=float,
         default=DEFAULT_MAX_WAIT_MS,
-        help="how long a frame may wait for other sessions' frames to share its batch (ms)",
+        help="how long a frame may wait for other sessions' frames to share its batch (ms; GPU: on the "
+        "CPU every frame is its own batch)",
     )
     serve.add_argument(
         "--frame-path",

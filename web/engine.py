@@ -71,11 +71,15 @@ class DaemonEngine:
                 self.config.frame_path, getattr(binding.pipeline, "backend", None)
             )
             description["frame_path"] = conversion.describe()
+            policy = self.config.batch_policy
+            backend = getattr(binding.pipeline, "backend", None)
+            if backend is not None and not backend.on_gpu:
+                policy = policy.one_at_a_time()
             worker = BatchWorker(
                 binding,
                 self.metrics,
                 label=self.config.label,
-                policy=self.config.batch_policy,
+                policy=policy,
                 on_lane_failed=self._end_failed_session,
                 conversion=conversion,
             )

@@ -2,6 +2,7 @@
 
 import asyncio
 import threading
+from types import SimpleNamespace
 
 import pytest
 
@@ -9,9 +10,9 @@ from gpu_ops.errors import InvalidInputError
 from run_stream import build_parser
 from streamer.pipeline.config_args import config_from_args
 from streamer.realtime.metrics import DaemonMetrics
-from streamer.realtime.micro_batcher import DEFAULT_MAX_WAIT_MS
+from streamer.realtime.micro_batcher import BATCH_BUCKETS, DEFAULT_MAX_WAIT_MS
 from streamer.realtime.pipeline_binding import PipelineBinding
-from tests.fakes_pipeline import fake_binding
+from tests.fakes_pipeline import FakePipeline, fake_binding
 from web.daemon_config import DaemonConfig
 from web.engine import DaemonEngine
 
@@ -59,6 +60,28 @@ async def test_load_failure_is_reported_and_close_still_works() -> None:
         await engine.loaded
     assert not engine.ready
     await engine.close()
+
+
+@pytest.mark.parametrize("on_gpu", [False, True])
+async def test_a_cpu_pipeline_gets_every_frame_as_its_own_batch(on_gpu: bool) -> None:
+    """On the CPU a batch runs its frames one after another: company saves nothing, and a frame would
+    wait for the others' swaps. The GPU keeps the batches (and --batch-wait-ms)."""
+    pipeline = FakePipeline()
+    pipeline.backend = SimpleNamespace(on_gpu=on_gpu)  # type: ignore[attr-defined]
+    args = ["serve", "--batch-wait-ms", "12.5", "--frame-path", "host"]  # host: no device stream to fake
+    config = config_from_args(DaemonConfig, build_parser().parse_args(args))
+    engine = DaemonEngine(config, DaemonMetrics(), lambda: fake_binding(pipeline))
+    engine.start()
+    await engine.loaded
+    try:
+        assert engine.worker is not None
+        policy = engine.worker.policy
+        if on_gpu:
+            assert policy.buckets == BATCH_BUCKETS and policy.max_wait_ms == 12.5
+        else:
+            assert policy.buckets == (1,) and policy.max_wait_ms == 0.0
+    finally:
+        await engine.close()
 
 
 async def test_serve_batch_wait_ms_becomes_the_worker_batch_deadline() -> None:
