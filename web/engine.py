@@ -7,6 +7,7 @@ from collections.abc import Callable
 from streamer.realtime.batch_worker import BatchWorker
 from streamer.realtime.frame_conversion import choose_frame_conversion
 from streamer.realtime.metrics import DaemonMetrics
+from streamer.realtime.micro_batcher import ONE_FRAME_A_BATCH
 from streamer.realtime.peer_session import EndedCallback, PeerSession
 from streamer.realtime.pipeline_binding import PipelineBinding
 from streamer.realtime.session_registry import SessionRegistry
@@ -67,14 +68,11 @@ class DaemonEngine:
         try:
             binding = await asyncio.to_thread(self._load_binding)
             description = binding.pipeline.describe()
-            conversion = choose_frame_conversion(
-                self.config.frame_path, getattr(binding.pipeline, "backend", None)
-            )
-            description["frame_path"] = conversion.describe()
-            policy = self.config.batch_policy
             backend = getattr(binding.pipeline, "backend", None)
-            if backend is not None and not backend.on_gpu:
-                policy = policy.one_at_a_time()
+            conversion = choose_frame_conversion(self.config.frame_path, backend)
+            description["frame_path"] = conversion.describe()
+            on_cpu = backend is not None and not backend.on_gpu
+            policy = ONE_FRAME_A_BATCH if on_cpu else self.config.batch_policy
             worker = BatchWorker(
                 binding,
                 self.metrics,

@@ -51,18 +51,18 @@ class BatchPolicy:
     def largest(self) -> int:
         return self.buckets[-1]
 
-    def one_at_a_time(self) -> "BatchPolicy":
-        """This policy for a CPU pipeline: every frame its own batch. On the CPU a batch runs its frames
-        one after another anyway (three streams batched: 13.3 / 13.0 ms a frame, one call each: 13.0 /
-        12.2, `bench --streams 3`), so company saves nothing and each frame would wait for the others'
-        swaps: three 640x480 calls at the same share, p50 60-75 ms alone against 74-98 batched."""
-        return BatchPolicy(buckets=(1,), max_wait_ms=0.0)
-
     def bucket_for(self, count: int) -> int:
         """The smallest bucket holding `count` frames (the batch is padded up to it)."""
         if count < 1 or count > self.largest:
             raise InvalidInputError(f"{count} frames do not fit the buckets {self.buckets}")
         return next(size for size in self.buckets if size >= count)
+
+
+# A CPU pipeline's policy: every frame its own batch. On the CPU a batch runs its frames one after another
+# anyway (three streams batched: 13.3 / 13.0 ms a frame, one call each: 13.0 / 12.2, `bench --streams 3`),
+# so company saves nothing and each frame would wait for the others' swaps (three 640x480 calls at the
+# same share: p50 60-75 ms alone against 74-98 ms batched)
+ONE_FRAME_A_BATCH = BatchPolicy(buckets=(1,), max_wait_ms=0.0)
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@
 - Bandwidth: aiortc's sender already hands the receiver's REMB estimate to the encoder (`target_bitrate`,
   kept within 0.3 Mbps and the size's ceiling here). When that estimate is too low for the frame size (under
   MIN_BITS_PER_PIXEL at 30 fps) and the encoder is straining at it (its quantiser, smoothed over P
-  frames, at STRAINED_QP or coarser: FFmpeg's quality side data), the frame is encoded smaller, 3/4 or
+  frames, at its codec's `strained_qp` or coarser: FFmpeg's quality side data), the frame is encoded smaller, 3/4 or
   1/2 of each side, rather than as a blocky full-size frame; it goes back up only with 25 % headroom, so a
   wavering estimate does not flip the size (each change costs a keyframe). A constant-bitrate encoder
   spends its whole budget on a still picture too, refining it (a photo at 443 kbit/s: every bit used,
