@@ -293,8 +293,7 @@ class FramePipeline:
             assert item.engine_name is not None
             plan = getattr(self.engines[item.engine_name], "plan", None)  # the swap's geometry, here
             if plan is not None and item.faces:
-                source = self._source_for(item.job, item.engine_name)
-                item.plans = plan(item.job.frame, item.faces, source, self._options(item.job))
+                item.plans = plan(item.job.frame, item.faces, self._source_for(item.job, item.engine_name))
         if swapping:
             self.timer.record("track", time.perf_counter() - started)
         return tracked

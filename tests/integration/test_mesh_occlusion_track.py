@@ -15,7 +15,7 @@ from streamer.pipeline.image_input import read_image_file
 from streamer.pipeline.pipeline_settings import PipelineConfig, SwapSettings
 from streamer.pipeline.swap_engines.base import StreamMemory, SwapOptions
 from streamer.pipeline.swap_engines.mesh import MeshEngine, paste_box
-from streamer.pipeline.swap_engines.mesh_memory import MeshLookMemory, MeshMemory
+from streamer.pipeline.swap_engines.mesh_memory import MeshMemory
 from streamer.pipeline.swap_engines.mesh_occlusion import REFIT_FRAMES
 from tests.integration.test_mesh_quality import faces_of, load
 
@@ -55,7 +55,7 @@ def test_a_covered_face_fades_out_and_never_teaches_the_skin_model(
     source = engine.prepare_source(load(media_dir, "fr_biden2.jpg"))
     memory = StreamMemory()
     engine.swap(target, [face], source, SwapOptions(memory=memory))
-    track = memory.part(MeshLookMemory).track(face.track_id).occlusion
+    track = memory.part(MeshMemory).track(face.track_id).occlusion
     model = track.model
     assert model is not None
     board = covered(target, face.mesh, 0.75)

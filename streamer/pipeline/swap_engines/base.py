@@ -29,9 +29,7 @@ class StreamMemory:
 
     Owned by the stream's state, so it starts and ends with the stream and two streams never share
     it; each engine keeps one part, keyed by the part's class, and resets it itself (new source, track
-    gone). A still image is swapped without memory. A part is touched by one thread at a time: the
-    daemon's track half (`plan`) and swap half run on two threads, so an engine keeps what each half
-    remembers in a part of its own (MeshEngine: MeshLookMemory and MeshMemory).
+    gone). A still image is swapped without memory. Worker thread only, like all per-stream state.
     """
 
     def __init__(self) -> None:
@@ -45,11 +43,6 @@ class StreamMemory:
             self._parts[kind] = found
         return found
 
-    def find(self, kind: type[Part]) -> Part | None:
-        """This stream's `kind` part if it has one; never creates it (safe to read from the other half)."""
-        found = self._parts.get(kind)
-        return found if isinstance(found, kind) else None
-
 
 @dataclass(frozen=True)
 class SwapOptions:
@@ -60,8 +53,7 @@ class SwapOptions:
     occlusion: bool = True  # what stands in front of a target face stays in front (mesh engine)
     memory: StreamMemory | None = field(default=None, compare=False)  # None: every frame stands alone
     # per face, in the faces' order: what the engine's `plan` worked out in the pipeline's track half
-    # (MeshEngine: each face's geometry, remap field and what stands in front of it); None: the swap
-    # works everything out itself
+    # (MeshEngine: each face's geometry and remap field); None: the swap works everything out itself
     plans: Sequence[Any] | None = field(default=None, compare=False)
 
 

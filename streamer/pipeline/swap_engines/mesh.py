@@ -8,9 +8,7 @@ background past a jaw, the shadow under a chin), the target's low-frequency shad
 (gpu_ops.color_transfer), then a multi-band blend (gpu_ops.multiband_blend: no visible edge) that writes
 only inside the face box.
 With the stream's memory (SwapOptions.memory) the shading statistics and the lips weight are smoothed
-per face track (mesh_memory.py). Everything about the source is prepared once (mesh_source.py); the
-pipeline's track half works out each face's geometry and what stands in front of it beforehand
-(`plan`: mesh_geometry.py, mesh_look.py), so the swap half only samples, masks and blends.
+per face track (mesh_memory.py). Everything about the source is prepared once (mesh_source.py).
 Works with the permissive models: any detector with 5 points and the facemesh_468 landmarker.
 """
 
@@ -46,16 +44,14 @@ from streamer.pipeline.swap_engines.base import (
 )
 from streamer.pipeline.swap_engines.mesh_geometry import FaceGeometry, PasteBox, face_geometry, paste_box
 from streamer.pipeline.swap_engines.mesh_hands import FaceHands
-from streamer.pipeline.swap_engines.mesh_look import face_look
 from streamer.pipeline.swap_engines.mesh_memory import (
-    MeshLookMemory,
     MeshMemory,
     Smoothing,
     TrackMemory,
     smooth_lips_weight,
     smooth_shading_ratio,
 )
-from streamer.pipeline.swap_engines.mesh_occlusion import Occlusion, OcclusionThresholds
+from streamer.pipeline.swap_engines.mesh_occlusion import Occlusion, OcclusionThresholds, face_occlusion
 from streamer.pipeline.swap_engines.mesh_source import (
     MeshSource,
     MeshSourceConfig,
@@ -97,15 +93,6 @@ class MeshConfig:
     working_px: int | None = 288
 
 
-@dataclass(frozen=True)
-class FacePlan:
-    """What the pipeline's track half works out for one face before its swap (`MeshEngine.plan`): where
-    and at what size it is swapped, and what stands in front of it (None: occlusion off)."""
-
-    geometry: FaceGeometry
-    occlusion: Occlusion | None
-
-
 class MeshEngine:
     """SwapEngine for the mesh method; stateless per frame, so one instance serves many streams."""
 
@@ -138,12 +125,8 @@ class MeshEngine:
     def covered_tracks(self, memory: StreamMemory) -> set[int]:
         """The stream's face tracks whose swap is fading out because something covers most of the face
         (the tracker holds them through it: face_tracker.FaceTracker.hold_covered)."""
-        looks = memory.find(MeshLookMemory)
-        if looks is None:
-            return set()
-        # list() copies the dict in one step under the GIL: the track half may add a track meanwhile
-        tracks = list(looks.tracks.items())
-        return {track_id for track_id, track in tracks if track.occlusion.fade < COVERED_FADE}
+        tracks = memory.part(MeshMemory).tracks
+        return {track_id for track_id, track in tracks.items() if track.occlusion.fade < COVERED_FADE}
 
     def source_mesh(self, image: Frame) -> NDArray[np.float32]:
         """The 468-point mesh of the largest face in a photo; NoFaceError when there is none."""
@@ -179,42 +162,27 @@ class MeshEngine:
             memory.begin_frame(source)
         output = frame.copy()
         plans = options.plans if options.plans is not None else [None] * len(faces)
-        # planned faces had their look worked out by the track half, which owns the look memory then
-        looks = None if any(plan is not None for plan in plans) else self._look_memory(options, source)
         for face, plan in zip(faces, plans, strict=True):
             if face.mesh is not None:
                 track = memory.track(face.track_id) if memory is not None else None
-                look = looks.track(face.track_id) if looks is not None else None
-                self.swap_face(output, face.mesh, source, options, track, plan, look)
+                self.swap_face(output, face.mesh, source, options, track, plan)
         return output
 
     def plan(
-        self,
-        frame: Frame,
-        faces: Sequence[TrackedFace],
-        source: SourceFace,
-        options: SwapOptions | None = None,
-    ) -> list[FacePlan | None]:
-        """Each face's swap geometry (remap field included, mesh_geometry.py) and what stands in front
-        of it (mesh_occlusion.py), for `SwapOptions.plans`: the pipeline's track half works them out so
-        the swap half does less (the swap stage is the busier of the daemon's two worker threads). With
-        `options.memory` the occlusion follows the stream's face tracks in MeshLookMemory, the track
-        half's own part. None for a face without a mesh, and for every face of a device frame (its
-        field and mask are made where the swap runs)."""
+        self, frame: Frame, faces: Sequence[TrackedFace], source: SourceFace
+    ) -> list[FaceGeometry | None]:
+        """Each face's swap geometry, remap field included (mesh_geometry.py), for `SwapOptions.plans`:
+        the pipeline's track half works it out so the swap half does less. None for a face without a
+        mesh, and for every face of a device frame (its field is built where the swap runs)."""
         if not isinstance(source, MeshSource) or is_device_array(frame):
             return [None] * len(faces)
-        options = options or SwapOptions()
-        looks = self._look_memory(options, source)
         size = (frame.shape[1], frame.shape[0])
-        plans: list[FacePlan | None] = []
-        for face in faces:
-            if face.mesh is None:
-                plans.append(None)
-                continue
-            geometry = face_geometry(face.mesh, size, source.src_triangles, self.config.working_px)
-            look = looks.track(face.track_id) if looks is not None else None
-            plans.append(FacePlan(geometry, self._occlusion(frame, geometry, options, look)))
-        return plans
+        return [
+            None
+            if face.mesh is None
+            else face_geometry(face.mesh, size, source.src_triangles, self.config.working_px)
+            for face in faces
+        ]
 
     def swap_face(
         self,
@@ -223,61 +191,68 @@ class MeshEngine:
         source: MeshSource,
         options: SwapOptions,
         track: TrackMemory | None = None,
-        plan: FacePlan | None = None,
-        look: TrackMemory | None = None,
+        plan: FaceGeometry | None = None,
     ) -> PasteBox:
         """Swap one face in place; only pixels inside the returned box may change. `track`: this face's
-        shading memory of earlier frames (smoothing), `look` its occlusion memory, None to measure this
-        frame alone. `plan`: this mesh's geometry and occlusion from `plan` (worked out here when None,
-        or when made for another mesh).
+        memory of earlier frames (smoothing), None to measure this frame alone. `plan`: this mesh's
+        geometry from `plan` (worked out here when None, or when made for another mesh).
 
         A box larger than `MeshConfig.working_px` is swapped at that size and composited back at full
         resolution (gpu_ops.working_resolution), so a 720p close-up costs what a 480p face does.
         """
-        if plan is None or plan.geometry.mesh is not mesh:
+        geometry = plan
+        if geometry is None or geometry.mesh is not mesh:
             geometry = face_geometry(
                 mesh, (frame.shape[1], frame.shape[0]), source.src_triangles, self.config.working_px,
                 on_device=is_device_array(frame),
             )  # fmt: skip
-            occlusion = self._occlusion(frame, geometry, options, look)
-        else:
-            geometry, occlusion = plan.geometry, plan.occlusion
         box = geometry.box
         x1, y1, x2, y2 = box
         if x2 - x1 < 2 or y2 - y1 < 2:
             return box
+        hands = self._hand_outlines(frame, mesh, options, track)
         region = frame[y1:y2, x1:x2]
+        corner = np.array([x1, y1], np.float32)
         working = geometry.working
+        origin = (float(x1), float(y1))
         if working is None:
-            self._swap_region(region, geometry.region_mesh, geometry.field, source, options, track, occlusion)
+            local_hands = [hand - corner for hand in hands]
+            self._swap_region(
+                region, geometry.region_mesh, geometry.field, source, options, track, origin, 1.0, local_hands
+            )
             return box
         started = time.perf_counter()
         small_target = shrink(region, working)
         small = small_target.copy()
         shrunk_at = time.perf_counter()
         alpha = self._swap_region(
-            small, geometry.region_mesh, geometry.field, source, options, track, occlusion
+            small,
+            geometry.region_mesh,
+            geometry.field,
+            source,
+            options,
+            track,
+            origin,
+            working[0] / (x2 - x1),
+            [(hand - corner) * np.float32(working[0] / (x2 - x1)) for hand in hands],
         )
         swapped_at = time.perf_counter()
         composite_working_resolution(region, small_target, small, alpha)
         self.timer.record("resample", shrunk_at - started + time.perf_counter() - swapped_at)
         return box
 
-    def _look_memory(self, options: SwapOptions, source: MeshSource) -> MeshLookMemory | None:
-        """The stream's occlusion and hand memory, counted on to this frame; None without smoothing."""
-        if options.memory is None or self.config.smoothing is None:
-            return None
-        looks = options.memory.part(MeshLookMemory)
-        looks.begin_frame(source)
-        return looks
-
-    def _occlusion(
-        self, frame: Frame, geometry: FaceGeometry, options: SwapOptions, look: TrackMemory | None
-    ) -> Occlusion | None:
-        """What stands in front of the face (mesh_look.py); None when occlusion is off."""
-        if not options.occlusion or self.config.occlusion is None:
-            return None
-        return face_look(frame, geometry, self.config.occlusion, self.hands, look, self.timer)
+    def _hand_outlines(
+        self, frame: Frame, mesh: NDArray[np.float32], options: SwapOptions, track: TrackMemory | None
+    ) -> list[NDArray[np.float32]]:
+        """Outlines (frame px) of the hands in front of this face, at the track's cadence (mesh_hands.py)."""
+        if self.hands is None or not options.occlusion or self.config.occlusion is None:
+            return []
+        started = time.perf_counter()
+        low, high = mesh[:, :2].min(axis=0), mesh[:, :2].max(axis=0)
+        box = np.concatenate([low, high]).astype(np.float32)
+        outlines = self.hands.outlines(frame, box, track.hands if track is not None else None)
+        self.timer.record("hands", time.perf_counter() - started)
+        return outlines
 
     def _swap_region(
         self,
@@ -287,12 +262,15 @@ class MeshEngine:
         source: MeshSource,
         options: SwapOptions,
         track: TrackMemory | None,
-        occlusion: Occlusion | None = None,
+        origin: tuple[float, float] = (0.0, 0.0),
+        scale: float = 1.0,
+        hands: Sequence[NDArray[np.float32]] = (),
     ) -> Any:
         """Swap the face whose mesh (region px) fills `region`, in place; returns the paste alpha (what
         of the source each pixel shows at the finest band), which the working-resolution composite uses.
-        `field_`: the remap field onto `mesh` (mesh_geometry.py); `occlusion`: what stands in front of
-        the face (`_occlusion`), None to paste over everything."""
+        `origin` is the region's corner in frame px and `scale` its px per frame px (the occlusion mask
+        follows the face from frame to frame in frame px). `field_`: the remap field onto `mesh`
+        (mesh_geometry.py)."""
         started = time.perf_counter()
         size = (region.shape[1], region.shape[0])
         on_device = is_device_array(region)  # CuPy frame: field, warp, masks and blend stay on the device
@@ -314,8 +292,19 @@ class MeshEngine:
             lips = apply_remap(self._pixels(source, "lips_mask", on_device), field_)
             keep *= 1.0 - lips_weight * (lips.astype(np.float32) * np.float32(1.0 / 255.0))
         alpha = warped[..., 3].astype(np.float32) * np.float32(1.0 / 255.0) * keep
-        self.last_occlusion = occlusion
-        if occlusion is not None:
+        self.last_occlusion = None
+        if options.occlusion and self.config.occlusion is not None:
+            occlusion_started = time.perf_counter()
+            occlusion = face_occlusion(
+                region,
+                mesh,
+                origin,
+                scale,
+                track.occlusion if track is not None else None,
+                self.config.occlusion,
+                hands,
+            )
+            self.last_occlusion = occlusion
             if occlusion.occluded:
                 self.occluded_faces += 1
                 for listener in self._occlusion_listeners:
@@ -323,6 +312,7 @@ class MeshEngine:
             cells = occlusion.mask.shape[1] * occlusion.factor, occlusion.mask.shape[0] * occlusion.factor
             shown = show_weight(occlusion.mask, cells, occlusion.fade, region)[: size[1], : size[0]]
             alpha, keep = alpha * shown, keep * shown
+            self.timer.record("occlusion", time.perf_counter() - occlusion_started)
             if occlusion.fade <= 0.0:
                 return alpha  # covered: the target's own pixels, eyes and lips never drawn on the occluder
 
@@ -378,4 +368,4 @@ class MeshEngine:
         return apply_shading_ratio(patch, ratio)  # type: ignore[no-any-return]
 
 
-__all__ = ["FaceGeometry", "FacePlan", "MeshConfig", "MeshEngine", "MeshSource", "NoFaceError", "paste_box"]
+__all__ = ["FaceGeometry", "MeshConfig", "MeshEngine", "MeshSource", "NoFaceError", "paste_box"]

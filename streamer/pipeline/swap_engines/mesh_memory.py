@@ -11,9 +11,6 @@ openness. So both are smoothed per face track:
 - the lips weight with a plain exponential average.
 The coarse grid of the ratio is fixed when a track starts, so its cells stay comparable from frame to
 frame. State is dropped when the source changes and for tracks not seen for `TRACK_HOLD_FRAMES`.
-What stands in front of each face (its occlusion and hand tracks) is remembered apart, in
-`MeshLookMemory`: the pipeline's track half works it out (MeshEngine.plan) on the worker thread while
-the swap stage still smooths the previous frame's shading here, and two threads never share a dict.
 Array maths runs on the ratio's own device (NumPy or CuPy): no transfer, no sync.
 """
 
@@ -44,8 +41,7 @@ class Smoothing:
 
 @dataclass
 class TrackMemory:
-    """One face track's smoothed state: in a MeshMemory its shading and lips, in a MeshLookMemory its
-    occlusion and hands."""
+    """One face track's smoothed state."""
 
     grid: tuple[int, int] | None = None  # (gw, gh) of the shading ratio, fixed for the track
     log_ratio: Any = None  # [gh, gw, 3] smoothed log shading ratio (NumPy or CuPy)
@@ -82,12 +78,6 @@ class MeshMemory:
         track = self.tracks.setdefault(track_id, TrackMemory())
         track.last_frame = self.frame
         return track
-
-
-@dataclass
-class MeshLookMemory(MeshMemory):
-    """The tracks' occlusion and hand memory (module docstring): the same bookkeeping as MeshMemory,
-    a part of its own so the track half and the swap half each own theirs."""
 
 
 def smooth_shading_ratio(track: TrackMemory, ratio: Any, smoothing: Smoothing) -> Any:

@@ -360,8 +360,8 @@ def test_a_planned_swap_is_the_swap_worked_out_alone(
     frame = painted_face(size, target_mesh, seed=5)
     faces = [tracked(target_mesh)]
     plans = engine.plan(frame, faces, source)
-    assert plans[0] is not None and plans[0].geometry.field is not None
-    assert (plans[0].geometry.working is not None) == (face_height > 300)
+    assert plans[0] is not None and plans[0].field is not None
+    assert (plans[0].working is not None) == (face_height > 300)
     alone = engine.swap(frame, faces, source, SwapOptions())
     planned = engine.swap(frame, faces, source, SwapOptions(plans=plans))
     np.testing.assert_array_equal(planned, alone)
@@ -370,34 +370,3 @@ def test_a_planned_swap_is_the_swap_worked_out_alone(
     assert engine.plan(frame, [TrackedFace(2, faces[0].box, 1.0, faces[0].landmarks_5, None)], source) == [
         None
     ]
-
-
-def test_planned_swaps_of_a_stream_remember_what_covers_the_face_as_unplanned_ones_do(
-    source_mesh: NDArray[np.float32], source_image: Frame
-) -> None:
-    """With the stream's memory, the track half's plans (occlusion judged there, in the look memory)
-    give the same frames as swaps that judge it themselves, frame after frame, while a dark bar slides
-    across the face and then covers most of it: the occlusion tracks' hysteresis and fade are the same,
-    and the covered track is reported from the look memory. (The painted face is no skin, so the mask
-    calls it covered within a few frames, the fade included: tests/integration/test_mesh_occlusion_track.py
-    follows real photos through the pipeline.)"""
-    engine = make_engine(source_mesh, occlusion=True)
-    source = engine.prepare_source(source_image)
-    target_mesh = place(FRONTAL_MESH, (320, 240), 200)
-    faces = [tracked(target_mesh)]
-    planned_memory, alone_memory = StreamMemory(), StreamMemory()
-    for step in range(8):
-        frame = painted_face((640, 480), target_mesh, seed=5)
-        left = 200 + 25 * step
-        frame[150:340, left : left + 40 + 30 * max(0, step - 4) * 2] = (20, 20, 24)
-        alone = engine.swap(frame, faces, source, SwapOptions(memory=alone_memory))
-        options = SwapOptions(memory=planned_memory)
-        plans = engine.plan(frame, faces, source, options)
-        assert plans[0] is not None and plans[0].occlusion is not None
-        planned = engine.swap(frame, faces, source, dataclasses.replace(options, plans=plans))
-        np.testing.assert_array_equal(planned, alone)
-        assert engine.covered_tracks(planned_memory) == engine.covered_tracks(alone_memory)
-    assert engine.covered_tracks(planned_memory) == {1}
-    assert engine.covered_tracks(StreamMemory()) == set()
-    off = engine.plan(frame, faces, source, SwapOptions(occlusion=False))
-    assert off[0] is not None and off[0].occlusion is None
