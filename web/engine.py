@@ -12,6 +12,7 @@ from streamer.realtime.peer_session import EndedCallback, PeerSession
 from streamer.realtime.pipeline_binding import PipelineBinding
 from streamer.realtime.session_registry import SessionRegistry
 from streamer.realtime.swap_cadence import SwapCadence
+from streamer.transport.encoder_effort import encoder_effort
 from web.daemon_config import DaemonConfig
 
 logger = logging.getLogger(__name__)
@@ -87,7 +88,11 @@ class DaemonEngine:
             self.loaded.set_exception(error)
             return
         self.binding, self.worker = binding, worker
-        self.cadence = SwapCadence(worker.busy_seconds, stalled_seconds=worker.stalled_seconds)
+        self.cadence = SwapCadence(
+            worker.busy_seconds,
+            stalled_seconds=worker.stalled_seconds,
+            on_share=lambda share: encoder_effort.set_strained(share < 1),  # cheaper VP8 while shedding
+        )
         self.registry = SessionRegistry(self.config.max_sessions, self._create_session, self.metrics)
         for key, value in description.items():
             self.metrics.model_info.labels(key=key, value=value).set(1)

@@ -56,7 +56,8 @@ class CadencePolicy:
 class SwapCadence:
     """Which of the sessions' frames to swap; event loop only. `busy_seconds()` is the worker's total busy time so far
     (monotonic, read from any thread), `stalled_seconds()` its total time on other calls than frames;
-    `clock` is injectable for tests."""
+    `on_share(share)` hears every change of share (the daemon's encoders work less while it sheds
+    frames); `clock` is injectable for tests."""
 
     def __init__(
         self,
@@ -65,11 +66,13 @@ class SwapCadence:
         *,
         stalled_seconds: Callable[[], float] = lambda: 0.0,
         clock: Callable[[], float] = time.monotonic,
+        on_share: Callable[[Fraction], None] | None = None,
     ) -> None:
         self.policy = policy or CadencePolicy()
         self._busy_seconds = busy_seconds
         self._stalled_seconds = stalled_seconds
         self._clock = clock
+        self._on_share = on_share
         self.share = SHARES[0]
         self.reason = "swapping every frame"
         self.worker_busy: float | None = None  # the worker's busy share in the last judged window
@@ -159,3 +162,5 @@ class SwapCadence:
         self.share = share
         self._credit.clear()
         self.reason = reason if share < 1 else "swapping every frame"
+        if self._on_share is not None:
+            self._on_share(share)

@@ -23,6 +23,8 @@
   sensor's noise; what the daemon encodes is video the client already encoded and the daemon decoded,
   with a synthetic face in it. Off, a 640x480 frame encodes in 0.6 ms less (3.5 -> 2.9 ms) and comes
   out 3.3 dB closer to the frame handed over (Y-PSNR, same bitrate; the Hamilton clip, 30 and 12 fps).
+- VP8 effort follows the machine (encoder_effort.py): libvpx works less while the daemon sheds frames
+  for want of CPU; a change of effort builds a new context (a keyframe).
 - VP8 first: `prefer_codec` sets a transceiver's codec preferences so answers pick VP8 when offered.
 
 `install_codec_tuning()` swaps the encoder factory aiortc's sender calls; idempotent.
@@ -44,6 +46,8 @@ from aiortc.codecs.h264 import MAX_FRAME_RATE, H264Encoder
 from aiortc.codecs.vpx import Vp8Encoder, number_of_threads
 from aiortc.rtcrtpparameters import RTCRtpCodecParameters
 
+from streamer.transport.encoder_effort import VP8_SPEED, encoder_effort
+
 logger = logging.getLogger(__name__)
 
 BITS_PER_PIXEL_AT_30FPS = 0.08
@@ -58,9 +62,9 @@ QP_SETTLE_FRAMES = 60  # P frames after a new context before its quantiser count
 FF_QP2LAMBDA = 118  # FFmpeg's quality side data holds the quantiser times this
 OUTPUT_SMOOTHING = 0.1  # per frame: about a third of a second at 30 fps
 X264_LOW_LATENCY_OPTIONS = {"level": "31", "preset": "ultrafast", "tune": "zerolatency"}
-# aiortc 1.16's libvpx settings (Vp8Encoder.encode) but for the denoiser; bitrate-derived ones added per context
+# aiortc 1.16's libvpx settings (Vp8Encoder.encode) but for the denoiser; bitrate-derived ones and
+# cpu-used (encoder_effort.py) added per context
 VP8_OPTIONS = {
-    "cpu-used": "-6",
     "deadline": "realtime",
     "lag-in-frames": "0",
     "noise-sensitivity": "0",
@@ -251,6 +255,7 @@ class TunedVp8Encoder(_SizedBitrate, Vp8Encoder):
     _mangled_bitrate = "_Vp8Encoder__target_bitrate"
     # libvpx's 0..63 scale: a 640x480 photo at 300-443 kbit/s sits at 9-17, a moving clip at 33-44
     strained_qp = 24.0
+    _speed = VP8_SPEED  # libvpx cpu-used of the current context
 
     def encode(self, frame: Any, force_keyframe: bool = False) -> tuple[list[bytes], int]:
         frame = self._size_bitrate(frame)
@@ -263,7 +268,8 @@ class TunedVp8Encoder(_SizedBitrate, Vp8Encoder):
     def _prepare_context(self, frame: av.VideoFrame) -> None:
         """Build the libvpx context aiortc would build for this frame (same size, rate and rules for a
         rebuild), with VP8_OPTIONS: aiortc finds it and keeps it."""
-        if self._context_fits(frame):
+        speed = encoder_effort.vp8_speed
+        if self._context_fits(frame) and speed == self._speed:
             return
         bitrate = self.target_bitrate
         codec = av.CodecContext.create("libvpx", "w")
@@ -277,12 +283,14 @@ class TunedVp8Encoder(_SizedBitrate, Vp8Encoder):
         # minrate = maxrate = bit_rate makes it CBR; FFmpeg derives a 1 s buffer from bufsize / bit_rate
         codec.options = {
             **VP8_OPTIONS,
+            "cpu-used": str(speed),
             "bufsize": str(bitrate),
             "minrate": str(bitrate),
             "maxrate": str(bitrate),
         }
         codec.thread_count = number_of_threads(frame.width * frame.height, os.cpu_count() or 1)
         self.codec = self._metered(codec)
+        self._speed = speed
 
 
 class LowLatencyH264Encoder(_SizedBitrate, H264Encoder):

@@ -2,16 +2,19 @@
 
 import asyncio
 import threading
+from fractions import Fraction
 from types import SimpleNamespace
 
 import pytest
 
+import web.engine
 from gpu_ops.errors import InvalidInputError
 from run_stream import build_parser
 from streamer.pipeline.config_args import config_from_args
 from streamer.realtime.metrics import DaemonMetrics
 from streamer.realtime.micro_batcher import BATCH_BUCKETS, DEFAULT_MAX_WAIT_MS
 from streamer.realtime.pipeline_binding import PipelineBinding
+from streamer.transport.encoder_effort import VP8_SPEED, VP8_SPEED_STRAINED, EncoderEffort
 from tests.fakes_pipeline import FakePipeline, fake_binding
 from web.daemon_config import DaemonConfig
 from web.engine import DaemonEngine
@@ -80,6 +83,22 @@ async def test_a_cpu_pipeline_gets_every_frame_as_its_own_batch(on_gpu: bool) ->
             assert policy.buckets == BATCH_BUCKETS and policy.max_wait_ms == 12.5
         else:
             assert policy.buckets == (1,) and policy.max_wait_ms == 0.0
+    finally:
+        await engine.close()
+
+
+async def test_the_encoders_work_less_while_the_cadence_sheds_frames(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The engine's swap cadence tells the VP8 effort (streamer/transport/encoder_effort.py) when the
+    daemon starts and stops shedding frames."""
+    effort = EncoderEffort()
+    monkeypatch.setattr(web.engine, "encoder_effort", effort)
+    engine = DaemonEngine(DaemonConfig(), DaemonMetrics(), fake_binding)
+    engine.start()
+    await engine.loaded
+    try:
+        assert engine.cadence is not None and effort.vp8_speed == VP8_SPEED
+        engine.cadence._set(Fraction(1, 2), "load")
+        assert effort.vp8_speed == VP8_SPEED_STRAINED
     finally:
         await engine.close()
 

@@ -131,3 +131,20 @@ def test_every_session_gets_the_same_share_of_its_own_frames() -> None:
         for session in ("a", "b", "b") if index % 2 else ("a", "b"):
             taken[session] += cadence.admit(session)
     assert taken["a"] == 30 and taken["b"] == 45  # half of 60 and half of 90 frames
+
+
+def test_its_owner_hears_every_change_of_share_and_nothing_else() -> None:
+    """The daemon's encoders work less while the cadence sheds frames (web/engine.py): it is told of
+    each new share once, not of the windows that keep it."""
+    clock = Clock()
+    heard: list[Fraction] = []
+    cadence = SwapCadence(lambda: clock.busy, CadencePolicy(), clock=clock, on_share=heard.append)
+    for _ in range(3):
+        run_window(cadence, clock, 30, swapped_share=1.0, busy=0.5)
+    assert heard == []
+    for _ in range(3):
+        run_window(cadence, clock, 30, swapped_share=0.5, busy=1.0)
+    assert heard == [Fraction(2, 5)]
+    for _ in range(6):
+        run_window(cadence, clock, 30, swapped_share=1.0, busy=0.3)
+    assert heard[-1] == 1 and len(heard) == 2
