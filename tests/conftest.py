@@ -40,3 +40,15 @@ def media_dir() -> Path:
 def pytest_configure(config: pytest.Config) -> None:
     if os.environ.get("DEBUG"):
         logging.basicConfig(level=logging.DEBUG)
+
+
+@pytest.fixture(autouse=True)
+def fresh_encoder_effort(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test its own VP8 effort: the process-wide one would carry a strained cadence (a test's slow
+    fake swap) into the next test's encoders."""
+    from streamer.transport import codec_tuning, encoder_effort
+    from web import engine
+
+    effort = encoder_effort.EncoderEffort()
+    monkeypatch.setattr(codec_tuning, "encoder_effort", effort)
+    monkeypatch.setattr(engine, "encoder_effort", effort)

@@ -4,8 +4,8 @@ libvpx's realtime speed (`cpu-used`) is aiortc's and libwebrtc's desktop -6 whil
 and -12, libwebrtc's choice for CPUs of three cores or fewer, while its swap cadence sheds frames
 (web/engine.py sets it from streamer.realtime.swap_cadence). A 640x480 frame then encodes in 1.9 ms
 instead of 2.8 and comes out 0.9 dB further from the frame handed over (Y-PSNR at the same bitrate, the
-Hamilton clip); three 480p calls on this 2-core machine come back with p50 84 -> 70 ms, p95 132 -> 99
-(docs/benchmarks.md). Back to -6 once the cadence has swapped every frame for RELAX_AFTER_S, so a cadence
+Hamilton clip); three 480p calls on this 2-core machine came back with p50 78 -> 69 ms, p95 120 -> 115,
+and a 1080p close-up with p50 168 -> 151, p95 224 -> 196 (docs/benchmarks.md). Back to -6 once the cadence has swapped every frame for RELAX_AFTER_S, so a cadence
 that steps down and up again does not rebuild the encoders (each new context is a keyframe) every time.
 """
 
