@@ -94,11 +94,16 @@ def feather_inside_cpu(region: BinaryMask, width_px: float | NDArray[np.float32]
     return smoothstep((distance / width).astype(np.float32))
 
 
-def feather_outside_cpu(region: BinaryMask, margin_px: float, width_px: float) -> Mask:
-    """1 inside the region and within `margin_px` of it, falling to 0 at `margin_px + width_px` outside."""
+def feather_outside_cpu(
+    region: BinaryMask, margin_px: float, width_px: float, *, precise: bool = True
+) -> Mask:
+    """1 inside the region and within `margin_px` of it, falling to 0 at `margin_px + width_px` outside.
+    `precise` False: OpenCV's 5 x 5 chamfer distance (within 2 %, a fifth of the time: per-frame masks)."""
     _check_binary(region)
     outside = np.where(region > 0, 0, 255).astype(np.uint8)
-    distance = cv2.distanceTransform(outside, cv2.DIST_L2, cv2.DIST_MASK_PRECISE)
+    distance = cv2.distanceTransform(
+        outside, cv2.DIST_L2, cv2.DIST_MASK_PRECISE if precise else cv2.DIST_MASK_5
+    )
     return (1.0 - smoothstep((distance - margin_px) / max(width_px, 1e-3))).astype(np.float32)
 
 

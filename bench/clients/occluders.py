@@ -92,6 +92,18 @@ def beard_zone_patch(
     return painted
 
 
+def side_light(image: Frame, mesh: Points, shadow_on_left: bool, floor: float = 0.3) -> Frame:
+    """`image` lit from one side, as by a window or a desk lamp beside the face: brightness falls from
+    full on the lit side to `floor` on the other over the middle of the face, whatever lies there (not
+    an occluder: the case the occlusion mask must leave alone). `shadow_on_left`: the image's left."""
+    columns = np.arange(image.shape[1], dtype=np.float32)
+    centre, width = float(mesh[:, 0].mean()), float(np.ptp(mesh[:, 0]))
+    towards_light = (columns - centre) if shadow_on_left else (centre - columns)
+    lit = np.clip((towards_light + 0.15 * width) / (0.4 * width), 0.0, 1.0)
+    gain = floor + (1.0 - floor) * lit * lit * (3.0 - 2.0 * lit)
+    return np.clip(image.astype(np.float32) * gain[None, :, None], 0, 255).astype(np.uint8)
+
+
 def _skin_colour(image: Frame, mesh: Points) -> NDArray[np.float32]:
     """The face's own skin colour (median over both cheeks), RGB float."""
     height = _height(mesh)

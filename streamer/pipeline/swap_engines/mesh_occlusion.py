@@ -4,7 +4,9 @@ Per face and frame, on a small copy of the face box (`WORK_HEIGHT` px from foreh
 does not grow with the face), pixels inside the mesh's face oval are judged against the target's own
 skin (gpu_ops.skin_model, fitted on its central cheeks and forehead, like the source's):
 - colour unlike the face's skin (a grey microphone, a blue phone, a white cup);
-- dark, far darker than both the face's median and the skin around it (a black microphone or phone);
+- dark, far darker than both the face's median and the skin around it (a black microphone or phone),
+  each where the light fitted on the face's mesh expects it brighter (face_light.py: the shadowed half
+  of a side-lit face is skin, not an occluder);
   below the nose dark is a beard, a moustache or the shade of a smile, so there it counts only where the
   mirror side of the face (the mesh's own left-right map) is not dark as well: a beard is symmetric, a
   hand or a microphone is not;
@@ -48,6 +50,7 @@ from gpu_ops.skin_model import (
     score_skin_cpu,
 )
 from models import face_mesh_topology as topology
+from streamer.pipeline.swap_engines.face_light import expected_luma, fit_light, vertex_normals
 from streamer.pipeline.swap_engines.mesh_skin import (
     CHEEK_SAMPLE,
     FOREHEAD_SAMPLE,
@@ -82,6 +85,7 @@ FADE_WEIGHT = 0.35  # of the new frame in the track's fade (a fade takes a few f
 REFIT_FRAMES = 30  # a track's skin model is refitted this often (a fit costs ~2 ms)...
 REFIT_WEIGHT = 0.3  # ...with this weight of the new fit...
 REFIT_MAX_COVER = 0.02  # ...from frames covered less than this
+LIGHT_FRAMES = 6  # a track's light is refitted this often (a fit costs ~0.1 ms; light changes slowly)
 OCCLUDED_FRAME = 0.03  # a face covered over this share of its oval counts as occluded (/metrics)
 
 
@@ -107,6 +111,8 @@ class OcclusionTrack:
     origin: tuple[float, float] = (0.0, 0.0)  # ...its box origin in frame px...
     scale: float = 1.0  # ...and working px per frame px
     fade: float = 1.0  # share of the swap shown
+    light: NDArray[np.float64] | None = None  # the light's coefficients (face_light.py)...
+    light_age: int = 0  # ...fitted this many frames ago
 
 
 @dataclass(frozen=True)
@@ -199,7 +205,21 @@ def face_occlusion(
             return Occlusion(
                 mask=np.zeros((size[1], size[0]), np.float32), factor=factor, cover=0.0, fade=1.0
             )
-    scores = score_skin_cpu(small, model, thresholds.skin, illumination_px=ILLUMINATION * face_height)
+    # the light the face's shape expects: its shadowed side is darker skin, not an occluder (face_light.py)
+    columns = np.clip(np.rint(points[:, 0]).astype(np.intp), 0, size[0] - 1)
+    vertex_rows = np.clip(np.rint(points[:, 1]).astype(np.intp), 0, size[1] - 1)
+    on_skin = (oval & (features == 0) & ~lips)[vertex_rows, columns]
+    previous = _previous_mask(track, origin, scale, size) if track is not None else None
+    if previous is not None:  # what was in front of the face last frame is not its skin
+        on_skin &= previous[vertex_rows, columns] < 0.5
+    normals = vertex_normals(mesh)
+    light = _light(track, small, points, normals, on_skin, face_height)
+    expected = (
+        None if light is None else expected_luma(light, points, normals, size, face_height, model.luma_median)
+    )
+    scores = score_skin_cpu(
+        small, model, thresholds.skin, illumination_px=ILLUMINATION * face_height, expected_luma=expected
+    )
     dark = 1.0 - scores.luma
     # below the nose only asymmetric dark counts (a beard has its mirror image, a microphone has not)
     rows = np.arange(size[1], dtype=np.float32)[:, None]
@@ -214,13 +234,16 @@ def face_occlusion(
     asymmetric[top:] = np.clip(dark[top:] - cv2.dilate(mirrored, disc(0.06 * face_height)), 0.0, 1.0)
     dark_evidence = dark * (1.0 - beard_zone) + asymmetric * beard_zone
     protected = feather_outside_cpu(
-        ((features > 0) & ~lips).astype(np.uint8), FEATURE_MARGIN * face_height, 0.015 * face_height
+        ((features > 0) & ~lips).astype(np.uint8),
+        FEATURE_MARGIN * face_height,
+        0.015 * face_height,
+        precise=False,
     )
     # grey, white or black: a pale face's skin lies only a few of its own spreads from neutral, so the
     # chroma score alone lets a white cup pass as a highlight
     neutral = smoothstep((scores.towards_neutral - LIPS_NEUTRAL[0]) / (LIPS_NEUTRAL[1] - LIPS_NEUTRAL[0]))
     # (not near the outline: a grey or white background, a collar, are past the face there)
-    inside_by = depth(oval)
+    inside_by = depth(oval, precise=False)
     deep = smoothstep(inside_by / np.float32(NEUTRAL_FROM * face_height))
     evidence = np.maximum(np.maximum(1.0 - scores.chroma, dark_evidence), neutral * deep)
     on_lips = lips.astype(np.float32)
@@ -232,7 +255,6 @@ def face_occlusion(
     interior = smoothstep(inside_by / np.float32(OUTLINE_ZONE * face_height))
     rim_evidence = (evidence * (1.0 - interior) * oval * ~inner_mouth).astype(np.float32)
     evidence = (evidence * interior * ~inner_mouth).astype(np.float32)
-    previous = _previous_mask(track, origin, scale, size) if track is not None else None
     threshold = np.full(evidence.shape, RISE, np.float32)
     if previous is not None:
         threshold = np.where(previous > 0.5, np.float32(HOLD), threshold).astype(np.float32)
@@ -240,7 +262,9 @@ def face_occlusion(
     # a feature is covered where an occluder found outside it runs on into it (a bar across an eye, a
     # phone over the nose); dark brows or nostrils on their own are never occluders
     # (the nose has no dark of its own but its nostrils, so there all that joins the occluder counts)
-    gaze = feather_outside_cpu(eyes_and_brows, FEATURE_MARGIN * face_height, 0.015 * face_height)
+    gaze = feather_outside_cpu(
+        eyes_and_brows, FEATURE_MARGIN * face_height, 0.015 * face_height, precise=False
+    )
     candidates = (evidence * protected) > threshold
     outside = joined(crisp, candidates & (gaze <= 0.5))
     in_gaze = candidates & (gaze > 0.5)
@@ -277,6 +301,23 @@ def face_occlusion(
         _remember(track, small, points, features, face_height, thresholds, model, cover)
         track.mask, track.origin, track.scale, track.fade = mask, origin, scale, fade
     return Occlusion(mask=mask, factor=factor, cover=cover, fade=fade)
+
+
+def _light(
+    track: OcclusionTrack | None,
+    small: NDArray[np.uint8],
+    points: Points,
+    normals: NDArray[np.float32],
+    on_skin: NDArray[np.bool_],
+    face_height: float,
+) -> NDArray[np.float64] | None:
+    """The light on the face (face_light.py): a track's is refitted every `LIGHT_FRAMES` frames."""
+    if track is None:
+        return fit_light(small, points, normals, on_skin, face_height)
+    track.light_age += 1
+    if track.light is None or track.light_age >= LIGHT_FRAMES:
+        track.light, track.light_age = fit_light(small, points, normals, on_skin, face_height), 0
+    return track.light
 
 
 def _hull(points: Points, outline: tuple[int, ...]) -> Points:

@@ -253,10 +253,12 @@ def build_masks(texture: NDArray[np.uint8], mesh: Points, config: MeshSourceConf
     )
 
 
-def depth(region: NDArray[np.bool_]) -> NDArray[np.float32]:
-    """Texture px from each pixel of `region` to the nearest pixel outside it (0 outside)."""
+def depth(region: NDArray[np.bool_], *, precise: bool = True) -> NDArray[np.float32]:
+    """Texture px from each pixel of `region` to the nearest pixel outside it (0 outside); `precise`
+    False: the 5 x 5 chamfer distance (gpu_ops.masks.feather_outside_cpu)."""
     inside = region.astype(np.uint8)
-    return np.asarray(cv2.distanceTransform(inside, cv2.DIST_L2, cv2.DIST_MASK_PRECISE), np.float32)
+    mask = cv2.DIST_MASK_PRECISE if precise else cv2.DIST_MASK_5
+    return np.asarray(cv2.distanceTransform(inside, cv2.DIST_L2, mask), np.float32)
 
 
 def rim_zone(outline_alpha: Mask, width_px: float) -> NDArray[np.uint8]:
