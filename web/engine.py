@@ -103,6 +103,8 @@ class DaemonEngine:
         for swap_engine in getattr(binding.pipeline, "engines", {}).values():
             if hasattr(swap_engine, "add_occlusion_listener"):  # the mesh engine
                 swap_engine.add_occlusion_listener(occluded.inc)
+                # a smaller working size while the cadence sheds frames (read per frame on the worker)
+                swap_engine.set_strain(lambda: encoder_effort.strained)
         elapsed = loop.time() - started
         logger.info(
             "pipeline ready in %.1f s: %s",

@@ -7,6 +7,8 @@ instead of 2.8 and comes out 0.9 dB further from the frame handed over (Y-PSNR a
 Hamilton clip); three 480p calls on this 2-core machine came back with p50 78 -> 69 ms, p95 120 -> 115,
 and a 1080p close-up with p50 168 -> 151, p95 224 -> 196 (docs/benchmarks.md). Back to -6 once the cadence has swapped every frame for RELAX_AFTER_S, so a cadence
 that steps down and up again does not rebuild the encoders (each new context is a keyframe) every time.
+The mesh swap reads the same state (`strained`) for its working size (MeshEngine.set_strain, wired in
+web/engine.py): the two things a strained daemon can do less of per frame without dropping it.
 """
 
 import logging
@@ -42,10 +44,15 @@ class EncoderEffort:
         )
 
     @property
+    def strained(self) -> bool:
+        """Short of CPU now, or caught up less than RELAX_AFTER_S ago (what works less keeps working less)."""
+        relaxing = self._relaxed_at is not None and self._clock() - self._relaxed_at < RELAX_AFTER_S
+        return self._strained or relaxing
+
+    @property
     def vp8_speed(self) -> int:
         """libvpx `cpu-used` for a new VP8 context."""
-        relaxing = self._relaxed_at is not None and self._clock() - self._relaxed_at < RELAX_AFTER_S
-        return VP8_SPEED_STRAINED if self._strained or relaxing else VP8_SPEED
+        return VP8_SPEED_STRAINED if self.strained else VP8_SPEED
 
 
 encoder_effort = EncoderEffort()  # process-wide, like install_codec_tuning

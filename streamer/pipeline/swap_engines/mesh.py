@@ -91,6 +91,10 @@ class MeshConfig:
     # a paste box whose larger side exceeds this is swapped at this size and composited back at full
     # resolution (docs/mesh_engine.md "Working resolution"); None: always at full resolution
     working_px: int | None = 288
+    # ...and at this size while the daemon is short of CPU (`MeshEngine.set_strain`: its swap cadence
+    # sheds frames), as libwebrtc lowers the resolution under CPU overuse: a 640x480 face's swap
+    # costs a quarter less and the frames it sheds come back (docs/mesh_engine.md); None: working_px
+    strained_working_px: int | None = 192
 
 
 class MeshEngine:
@@ -113,10 +117,24 @@ class MeshEngine:
         self.occluded_faces = 0  # faces swapped with something in front of them
         self._occlusion_listeners: list[Callable[[], None]] = []
         self.last_occlusion: Occlusion | None = None  # of the last face swapped (tests, the bench)
+        self._strained: Callable[[], bool] = lambda: False
         if self.config.shading not in SHADING_METHODS:
             raise InvalidInputError(f"unknown shading {self.config.shading!r}; choose from {SHADING_METHODS}")
         if self.config.blend not in BLEND_METHODS:
             raise InvalidInputError(f"unknown blend {self.config.blend!r}; choose from {BLEND_METHODS}")
+
+    def set_strain(self, strained: Callable[[], bool]) -> None:
+        """Where the daemon says whether it is short of CPU now (read on the worker thread, per frame):
+        while it is, faces are swapped at `MeshConfig.strained_working_px`."""
+        self._strained = strained
+
+    @property
+    def working_px(self) -> int | None:
+        """The working size faces are swapped at now (MeshConfig.working_px or, strained, its smaller one)."""
+        strained_px = self.config.strained_working_px
+        if strained_px is not None and self._strained():
+            return strained_px if self.config.working_px is None else min(strained_px, self.config.working_px)
+        return self.config.working_px
 
     def add_occlusion_listener(self, listener: Callable[[], None]) -> None:
         """Call `listener()` for every face swapped with something in front of it (/metrics)."""
@@ -180,7 +198,7 @@ class MeshEngine:
         return [
             None
             if face.mesh is None
-            else face_geometry(face.mesh, size, source.src_triangles, self.config.working_px)
+            else face_geometry(face.mesh, size, source.src_triangles, self.working_px)
             for face in faces
         ]
 
@@ -197,13 +215,13 @@ class MeshEngine:
         memory of earlier frames (smoothing), None to measure this frame alone. `plan`: this mesh's
         geometry from `plan` (worked out here when None, or when made for another mesh).
 
-        A box larger than `MeshConfig.working_px` is swapped at that size and composited back at full
+        A box larger than the working size (`working_px`) is swapped at that size and composited back at full
         resolution (gpu_ops.working_resolution), so a 720p close-up costs what a 480p face does.
         """
         geometry = plan
         if geometry is None or geometry.mesh is not mesh:
             geometry = face_geometry(
-                mesh, (frame.shape[1], frame.shape[0]), source.src_triangles, self.config.working_px,
+                mesh, (frame.shape[1], frame.shape[0]), source.src_triangles, self.working_px,
                 on_device=is_device_array(frame),
             )  # fmt: skip
         box = geometry.box

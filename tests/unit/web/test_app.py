@@ -11,6 +11,7 @@ import web.engine
 from gpu_ops.errors import InvalidInputError
 from run_stream import build_parser
 from streamer.pipeline.config_args import config_from_args
+from streamer.pipeline.swap_engines.mesh import MeshConfig, MeshEngine
 from streamer.realtime.metrics import DaemonMetrics
 from streamer.realtime.micro_batcher import BATCH_BUCKETS, DEFAULT_MAX_WAIT_MS
 from streamer.realtime.pipeline_binding import PipelineBinding
@@ -99,6 +100,26 @@ async def test_the_encoders_work_less_while_the_cadence_sheds_frames(monkeypatch
         assert engine.cadence is not None and effort.vp8_speed == VP8_SPEED
         engine.cadence._set(Fraction(1, 2), "load")
         assert effort.vp8_speed == VP8_SPEED_STRAINED
+    finally:
+        await engine.close()
+
+
+async def test_the_mesh_swap_works_at_a_smaller_size_while_the_cadence_sheds_frames(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The same state reaches the mesh engine's working size (MeshEngine.set_strain)."""
+    effort = EncoderEffort()
+    monkeypatch.setattr(web.engine, "encoder_effort", effort)
+    pipeline = FakePipeline()
+    mesh = MeshEngine(detector=SimpleNamespace(), landmarker=SimpleNamespace())  # type: ignore[arg-type]
+    pipeline.engines = {"mesh": mesh}  # type: ignore[attr-defined]
+    engine = DaemonEngine(DaemonConfig(), DaemonMetrics(), lambda: fake_binding(pipeline))
+    engine.start()
+    await engine.loaded
+    try:
+        assert engine.cadence is not None and mesh.working_px == MeshConfig().working_px
+        engine.cadence._set(Fraction(1, 2), "load")
+        assert mesh.working_px == MeshConfig().strained_working_px
     finally:
         await engine.close()
 
