@@ -370,3 +370,33 @@ def test_a_planned_swap_is_the_swap_worked_out_alone(
     assert engine.plan(frame, [TrackedFace(2, faces[0].box, 1.0, faces[0].landmarks_5, None)], source) == [
         None
     ]
+
+
+def test_a_strained_engine_swaps_a_480p_face_at_the_smaller_working_size(
+    source_mesh: NDArray[np.float32], source_image: Frame
+) -> None:
+    """While the daemon says it is short of CPU (`set_strain`), a 640x480 face's box (~260 px, swapped
+    as it is otherwise) is swapped at `strained_working_px`; only the box's pixels change, and the swap
+    is the same face (close to the full-size swap: the working size blurs only fine detail)."""
+    engine = make_engine(source_mesh)
+    source = engine.prepare_source(source_image)
+    target_mesh = place(FRONTAL_MESH, (320, 240), 260)
+    frame = painted_face((640, 480), target_mesh, seed=5)
+    faces = [tracked(target_mesh)]
+    relaxed_plan = engine.plan(frame, faces, source)[0]
+    relaxed = engine.swap(frame, faces, source, SwapOptions())
+    strained_now = True
+    engine.set_strain(lambda: strained_now)
+    strained_plan = engine.plan(frame, faces, source)[0]
+    assert relaxed_plan is not None and relaxed_plan.working is None
+    assert strained_plan is not None and strained_plan.working is not None
+    assert max(strained_plan.working) == MeshConfig().strained_working_px
+    strained = engine.swap(frame, faces, source, SwapOptions())
+    x1, y1, x2, y2 = strained_plan.box
+    outside = np.ones(frame.shape[:2], bool)
+    outside[y1:y2, x1:x2] = False
+    np.testing.assert_array_equal(strained[outside], frame[outside])
+    changed = np.abs(relaxed.astype(int) - frame).sum(axis=2) > 0
+    assert np.abs(strained.astype(int) - relaxed)[changed].mean() < 0.25 * np.abs(relaxed.astype(int) - frame)[changed].mean()  # fmt: skip
+    strained_now = False
+    assert engine.plan(frame, faces, source)[0].working is None  # type: ignore[union-attr]
