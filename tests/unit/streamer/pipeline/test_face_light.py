@@ -11,7 +11,7 @@ from gpu_ops.skin_model import LUMA_WEIGHTS
 from models import face_mesh_topology as topology
 from models.face import Frame
 from streamer.pipeline.swap_engines.face_light import expected_luma, fit_light, vertex_normals
-from streamer.pipeline.swap_engines.mesh_occlusion import face_occlusion
+from streamer.pipeline.swap_engines.mesh_occlusion import LIGHT_FRAMES, OcclusionTrack, face_occlusion
 from tests.unit.streamer.pipeline.test_mesh_engine import FRONTAL_MESH, place
 
 Points = NDArray[np.float32]
@@ -19,14 +19,16 @@ SKIN = np.array([200, 150, 125], np.float32)  # lit fully
 LIGHTS = [(0.8, 0.0, 0.6), (0.95, 0.0, 0.3), (0.7, -0.5, 0.5), (-0.9, 0.2, 0.4)]  # from the side, above
 
 
-def side_lit_face(light: tuple[float, float, float], ambient: float = 0.1) -> tuple[Frame, Points]:
-    """A 60-px-tall face (the occlusion mask's working size), each triangle shaded by
+def side_lit_face(
+    light: tuple[float, float, float], ambient: float = 0.1, height: float = 60.0, x: float = 40.0
+) -> tuple[Frame, Points]:
+    """A face `height` px tall (60: the occlusion mask's working size), each triangle shaded by
     ambient + (1 - ambient) * max(0, n . light) with the normal's sign chosen to face the camera."""
-    mesh = place(FRONTAL_MESH, (40, 40), 60)
+    mesh = place(FRONTAL_MESH, (x, 40), height)
     normals = vertex_normals(mesh)
     towards_camera = -1.0 if normals[topology.NOSE_TIP, 2] < 0 else 1.0
     direction = np.array(light, np.float32) / np.linalg.norm(light)
-    image = np.full((80, 80, 3), 40, np.uint8)
+    image = np.full((80, 140, 3), 40, np.uint8)
     for triangle in topology.TRIANGLES:
         normal = towards_camera * normals[triangle].mean(axis=0)
         shade = ambient + (1.0 - ambient) * max(
@@ -90,3 +92,18 @@ def test_a_black_patch_in_the_shadow_is_still_an_occluder() -> None:
     cv2.circle(painted, (x, y), 5, (12, 12, 14), -1)
     occlusion = face_occlusion(painted, mesh)
     assert occlusion.mask[y // occlusion.factor, x // occlusion.factor] > 0.5
+
+
+def test_a_track_keeps_its_light_fit_while_the_face_moves() -> None:
+    """On a face track the light is fitted every LIGHT_FRAMES frames and kept in between, scaled with the
+    face: a side-lit face moving across the frame and nearer (its box following it, the face growing in
+    the working copy) stays free of false occlusion throughout."""
+    track = OcclusionTrack()
+    fits = []
+    for step in range(2 * LIGHT_FRAMES + 1):
+        image, mesh = side_lit_face(LIGHTS[0], height=52.0 + 1.5 * step, x=40.0 + 4.0 * step)
+        before = track.light
+        occlusion = face_occlusion(image, mesh, (5.0 * step, 2.0 * step), 1.0, track)
+        fits.append(track.light is not before)
+        assert occlusion.cover < 0.02
+    assert fits == [step % LIGHT_FRAMES == 0 for step in range(2 * LIGHT_FRAMES + 1)]
