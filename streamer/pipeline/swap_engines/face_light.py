@@ -81,8 +81,7 @@ def fit_light(
 ) -> NDArray[np.float64] | None:
     """The light on the face in `image` (H x W x 3 uint8 RGB, the face's small copy; `points` its
     vertices in those px): the coefficients of `light_terms`, fitted on the `usable` vertices (skin)
-    inside the image; None when too few are left. The light is the camera's, not the face's: a track
-    keeps the coefficients for a few frames while the face turns and moves under it."""
+    inside the image; None when too few are left."""
     height, width = image.shape[:2]
     usable = usable & (points >= 0).all(axis=1) & (points[:, 0] <= width - 1) & (points[:, 1] <= height - 1)
     luma = np.asarray(image, np.float32) @ LUMA_WEIGHTS

@@ -208,14 +208,13 @@ def face_occlusion(
             return Occlusion(
                 mask=np.zeros((size[1], size[0]), np.float32), factor=factor, cover=0.0, fade=1.0
             )
-    # the light the face's shape expects: its shadowed side is darker skin, not an occluder (face_light.py)
-    columns = np.clip(np.rint(points[:, 0]).astype(np.intp), 0, size[0] - 1)
-    vertex_rows = np.clip(np.rint(points[:, 1]).astype(np.intp), 0, size[1] - 1)
-    on_skin = (oval & (features == 0) & ~lips)[vertex_rows, columns]
     previous = _previous_mask(track, origin, scale, size) if track is not None else None
-    if previous is not None:  # what was in front of the face last frame is not its skin
-        on_skin &= previous[vertex_rows, columns] < 0.5
-    expected = _expected_light(track, small, mesh, points, on_skin, face_height, model.luma_median)
+    # the light the face's shape expects: its shadowed side is darker skin, not an occluder (face_light.py);
+    # fitted on skin away from the features, and not on what was in front of the face last frame
+    skin = oval & (features == 0) & ~lips
+    if previous is not None:
+        skin &= previous < 0.5
+    expected = _expected_light(track, small, mesh, points, skin, face_height, model.luma_median)
     scores = score_skin_cpu(
         small, model, thresholds.skin, illumination_px=ILLUMINATION * face_height, expected_luma=expected
     )
@@ -307,38 +306,38 @@ def _expected_light(
     small: NDArray[np.uint8],
     mesh: Points,
     points: Points,
-    on_skin: NDArray[np.bool_],
+    skin: NDArray[np.bool_],
     face_height: float,
     luma_median: float,
 ) -> Mask | None:
     """The skin luma the light on the face leads one to expect (face_light.py). A track fits it every
     `LIGHT_FRAMES` frames and keeps the last fit's field in between, moved and scaled with the face in
-    the working copy (the light is the room's and smooth: a fit and its spread cost ~0.3 ms, this ~0.02)."""
+    the working copy (the light is the room's and smooth: a fit and its spread cost ~0.3 ms, this ~0.02).
+    `skin`: the working copy's pixels whose vertices may be fitted."""
     size = (small.shape[1], small.shape[0])
     if track is not None and track.light is not None and track.light_age < LIGHT_FRAMES:
         track.light_age += 1
         # the light falls on the face: the field goes where the face went in the working copy (its
         # top-left corner and its size)
         ratio = face_height / track.light_height
-        (then_x, then_y), (now_x, now_y) = track.light_corner, points.min(axis=0)
+        (then_x, then_y), (now_x, now_y) = track.light_corner, points.min(axis=0)  # the mesh's top left
         matrix = np.array(
             [[ratio, 0, now_x - then_x * ratio], [0, ratio, now_y - then_y * ratio]], np.float32
         )
         kept = cv2.warpAffine(track.light, matrix, size, borderValue=NO_EXPECTATION)
         return np.asarray(kept, np.float32)
+    columns = np.clip(np.rint(points[:, 0]).astype(np.intp), 0, size[0] - 1)
+    rows = np.clip(np.rint(points[:, 1]).astype(np.intp), 0, size[1] - 1)
     normals = vertex_normals(mesh)
-    light = fit_light(small, points, normals, on_skin, face_height)
+    light = fit_light(small, points, normals, skin[rows, columns], face_height)
     if light is None:
         return None
     field = np.minimum(
         expected_luma(light, points, normals, size, face_height, luma_median), np.float32(NO_EXPECTATION)
     )
     if track is not None:
-        track.light, track.light_age = field, 1
-        track.light_height, track.light_corner = (
-            face_height,
-            (float(points[:, 0].min()), float(points[:, 1].min())),
-        )
+        track.light, track.light_age, track.light_height = field, 1, face_height
+        track.light_corner = (float(points[:, 0].min()), float(points[:, 1].min()))
     return field
 
 
