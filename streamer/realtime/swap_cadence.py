@@ -10,14 +10,20 @@ One `SwapCadence` per worker (`BatchWorker.cadence`), fed on the event loop: `ad
 frame the worker would swap, `swapped()` per frame it swapped and handed back, `forget(session_id)` when
 a session leaves. Each window (1 s) it compares what came back with what
 it admitted, and looks at how busy the worker was:
-- fewer than `lower_below` of the admitted frames came back, or the worker was busy more than
-  `lower_above_busy` of the time, for `windows_to_lower` windows: swap fewer frames; as few as the
-  worker managed (share x what came back, with a margin), at least one step down the ladder;
+- fewer than `lower_below` of the admitted frames came back, or fewer than the next step down would
+  admit (at 3/4, 83 % back is 62 % of the frames, unevenly: 2/3 gives more, evenly), or the worker was
+  busy more than `lower_above_busy` of the time, for `windows_to_lower` windows: swap fewer frames; as
+  few as the worker would manage busy all the time (share x what came back / how busy it was, with a
+  margin: a worker 84 % busy that swapped 48 % of the frames manages 57 %), at least one step down;
 - at least `raise_above_returned` of them came back (the mailbox's newest-wins drops aside) for
   `windows_to_raise` windows and the worker, busy `b`, would be busy
   `b x higher share / share` under `raise_below_busy`: up to the highest such share (a call that
   joined at a low share climbs back in one move, not one step per `windows_to_raise`). Projecting the
-  load keeps the cadence from flapping between two steps.
+  load keeps the cadence from flapping between two steps; where the projection was wrong (a raise
+  undone within `failed_raise_windows`), the next raise waits twice as many windows, up to
+  `max_windows_to_raise`. Two windows are enough otherwise: the first share after a load spike (three
+  calls starting at once, at full working size before the strain halves the swap's cost,
+  streamer/transport/encoder_effort.py) is far below what the worker then manages.
 A window in which the worker spent more than `stalled_above` of its time on other calls than frames
 (a source being prepared, a stream set up: `stalled_seconds`) is not judged: what it swapped says
 nothing about the frame load, and three calls joining at once would otherwise send the share to the
@@ -48,7 +54,9 @@ class CadencePolicy:
     windows_to_lower: int = 2
     raise_below_busy: float = 0.8  # projected worker busy fraction at the higher share
     raise_above_returned: float = 0.9  # swapped / admitted in a window that counts as roomy
-    windows_to_raise: int = 4
+    windows_to_raise: int = 2
+    failed_raise_windows: int = 6  # a lowering this soon after a raise undoes it: back off
+    max_windows_to_raise: int = 16
     margin: float = 0.9  # a new share is this much below what the worker managed
     stalled_above: float = 0.05  # worker time on calls other than frames, in a window: not judged
 
@@ -85,6 +93,9 @@ class SwapCadence:
         self._short_windows = 0
         self._roomy_windows = 0
         self._worst_ratio = 1.0
+        self._worst_capacity = 1.0  # what came back over how busy the worker was, in the short windows
+        self._windows_to_raise = self.policy.windows_to_raise  # doubled after each raise undone
+        self._windows_since_raise: int | None = None  # None: the last change was not a raise
 
     def admit(self, session_id: str) -> bool:
         """Whether this frame of `session_id` goes to the worker; False: skip it (the caller counts it)."""
@@ -124,24 +135,40 @@ class SwapCadence:
         self.worker_busy = min(1.0, busy)
         ratio = min(1.0, swapped / admitted)
         policy = self.policy
-        short = ratio < policy.lower_below or busy > policy.lower_above_busy
+        step = SHARES.index(self.share)
+        # the next step down would bring back more frames than come back now, and evenly
+        below = float(SHARES[step + 1] / self.share) if step + 1 < len(SHARES) else 0.0
+        short = ratio < max(policy.lower_below, below) or busy > policy.lower_above_busy
         self._short_windows = self._short_windows + 1 if short else 0
         self._worst_ratio = min(self._worst_ratio, ratio) if short else 1.0
-        step = SHARES.index(self.share)
+        capacity = ratio / max(busy, ratio, 1e-3)  # at most 1
+        self._worst_capacity = min(self._worst_capacity, capacity) if short else 1.0
         fitting = [
             share for share in SHARES[:step] if busy * float(share / self.share) < policy.raise_below_busy
         ]
         up = fitting[0] if fitting else None
         roomy = up is not None and ratio >= policy.raise_above_returned
         self._roomy_windows = self._roomy_windows + 1 if roomy else 0
+        if self._windows_since_raise is not None:
+            self._windows_since_raise += 1
         if self._short_windows >= policy.windows_to_lower and step + 1 < len(SHARES):
-            managed = float(self.share) * self._worst_ratio * policy.margin
+            undone = self._windows_since_raise is not None and (
+                self._windows_since_raise <= policy.failed_raise_windows
+            )
+            self._windows_to_raise = (
+                min(2 * self._windows_to_raise, policy.max_windows_to_raise)
+                if undone
+                else policy.windows_to_raise
+            )
+            self._windows_since_raise = None
+            managed = float(self.share) * self._worst_capacity * policy.margin
             lower = next((share for share in SHARES[step + 1 :] if share <= managed), SHARES[-1])
             self._set(
                 max(lower, SHARES[step + 1]) if self._worst_ratio >= policy.lower_below else lower,
                 f"load: {swapped} of {admitted} frames swapped in {elapsed:.1f} s, worker {busy:.0%} busy",
             )
-        elif self._roomy_windows >= policy.windows_to_raise and up is not None:
+        elif self._roomy_windows >= self._windows_to_raise and up is not None:
+            self._windows_since_raise = 0
             self._set(
                 up,
                 f"raised: {swapped} of {admitted} frames swapped in {elapsed:.1f} s, worker {busy:.0%} busy",
@@ -149,7 +176,7 @@ class SwapCadence:
 
     def _set(self, share: Fraction, reason: str) -> None:
         self._short_windows = self._roomy_windows = 0
-        self._worst_ratio = 1.0
+        self._worst_ratio = self._worst_capacity = 1.0
         if share == self.share:
             return
         logger.info(

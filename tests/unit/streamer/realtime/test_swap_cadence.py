@@ -52,6 +52,17 @@ def test_a_worker_a_third_as_fast_brings_the_share_down_to_what_it_manages_at_on
     assert all(sum(admitted[start : start + 4]) == 1 for start in range(28))  # evenly, never in bursts
 
 
+def test_a_worker_not_busy_all_the_time_is_judged_by_what_it_would_manage_busy() -> None:
+    """Three calls starting at once: 48 % of the frames came back with the worker 84 % busy (the rest
+    lost to the mailboxes' timing, not to the worker): busy all the time it would swap 57 %, so 1/2
+    (0.9 x 57 %), not 2/5 (0.9 x 48 %)."""
+    clock = Clock()
+    cadence = make(clock)
+    for _ in range(3):
+        run_window(cadence, clock, 50, swapped_share=0.48, busy=0.84)
+    assert cadence.share == Fraction(1, 2)
+
+
 def test_a_saturated_worker_steps_down_even_when_every_frame_comes_back() -> None:
     """Busy over 90 % means an admitted frame waits for the batch before it: one step down."""
     clock = Clock()
@@ -59,6 +70,23 @@ def test_a_saturated_worker_steps_down_even_when_every_frame_comes_back() -> Non
     for _ in range(3):
         run_window(cadence, clock, 30, swapped_share=1.0, busy=0.97)
     assert cadence.share == SHARES[1]
+
+
+def test_a_share_that_returns_fewer_frames_than_the_next_step_down_steps_down() -> None:
+    """At 3/4 with 85 % of the admitted frames back (the mailboxes' newest-wins drops behind a worker near
+    its limit), a call gets 64 % of its frames, unevenly; 2/3 would give it 67 %, evenly. At 2/3 the
+    same 85 % is 57 %, more than 1/2: it stays."""
+    clock = Clock()
+    cadence = make(clock)
+    for _ in range(3):
+        run_window(cadence, clock, 32, swapped_share=1.0, busy=0.97)
+    assert cadence.share == Fraction(3, 4)
+    for _ in range(3):
+        run_window(cadence, clock, 40, swapped_share=0.85, busy=0.8)
+    assert cadence.share == Fraction(2, 3)
+    for _ in range(6):
+        run_window(cadence, clock, 30, swapped_share=0.85, busy=0.8)
+    assert cadence.share == Fraction(2, 3)
 
 
 def test_it_never_swaps_fewer_than_the_last_share() -> None:
@@ -76,7 +104,7 @@ def test_room_on_the_worker_brings_more_frames_back_as_far_as_the_projected_load
         run_window(cadence, clock, 30, swapped_share=0.5, busy=1.0)
     low = cadence.share
     assert low == Fraction(2, 5)  # 0.9 x the half it managed
-    for _ in range(4):
+    for _ in range(CadencePolicy().windows_to_raise):
         run_window(cadence, clock, 30, swapped_share=1.0, busy=0.35)
     assert cadence.share == low  # not before `windows_to_raise` roomy windows have been judged
     run_window(cadence, clock, 30, swapped_share=1.0, busy=0.35)
@@ -87,6 +115,41 @@ def test_room_on_the_worker_brings_more_frames_back_as_far_as_the_projected_load
     for _ in range(5):  # at 3/4 the worker is 50 % busy: every frame would be 67 %
         run_window(cadence, clock, 30, swapped_share=1.0, busy=0.5)
     assert cadence.share == 1
+
+
+def test_a_raise_the_load_undoes_makes_the_next_raise_wait_longer() -> None:
+    """The projection said 2/3 would fit, but at 2/3 the worker saturated (the cores are shared with the
+    codecs): back at 1/2 the next try waits twice as long, then four times, so the share does not flap
+    every few seconds. A lowering long after a raise is a new load, not a failed raise: the wait resets."""
+    clock = Clock()
+    cadence = make(clock)
+    for _ in range(3):
+        run_window(cadence, clock, 30, swapped_share=0.6, busy=1.0)
+    assert cadence.share == Fraction(1, 2)
+
+    def windows_until_raised() -> int:
+        for count in range(1, 40):
+            run_window(cadence, clock, 30, swapped_share=1.0, busy=0.55)  # 2/3 projects 73 %
+            if cadence.share == Fraction(2, 3):
+                return count
+        raise AssertionError("never raised")
+
+    def saturate() -> None:
+        while cadence.share == Fraction(2, 3):
+            run_window(cadence, clock, 30, swapped_share=1.0, busy=0.95)
+        assert cadence.share == Fraction(1, 2)
+
+    waits = []
+    for _ in range(3):
+        waits.append(windows_until_raised())
+        saturate()
+    assert waits[0] < waits[1] < waits[2]
+    windows_until_raised()
+    for _ in range(cadence.policy.failed_raise_windows + 1):  # 2/3 holds: 3/4 would project 84 %
+        run_window(cadence, clock, 30, swapped_share=1.0, busy=0.75)
+    assert cadence.share == Fraction(2, 3)
+    saturate()  # a new load
+    assert windows_until_raised() == waits[0]
 
 
 def test_a_window_the_worker_spent_on_other_calls_is_not_judged() -> None:
