@@ -93,14 +93,28 @@ def regions(score: NDArray[np.float32], threshold: NDArray[np.float32], face_hei
 
 
 def bridged(found: Mask, candidates: NDArray[np.bool_], face_height: float) -> Mask:
-    """The `candidates` pixels (occluder-like inside a feature) in the gaps of `found` that a closing of
-    BRIDGE of the face height fills, or within REACH of it: where an occluder runs across a feature or
-    ends on it, not along it (a bar across an eye covers the brow above it, not the whole brow)."""
+    """The `candidates` pixels (occluder-like inside a feature) in the gaps of `found`'s broad parts that
+    a closing of BRIDGE of the face height fills, or within REACH of them: where an occluder runs across
+    a feature or ends on it, not along it (a bar across an eye covers the brow above it, not the whole
+    brow). A thin part (a glasses rim around an eye) bridges nothing: a closing would fill the lens and
+    take the eye inside it; `followed` carries a thin occluder on along itself."""
     if not candidates.any() or not found.any():
         return np.zeros(found.shape, np.float32)
-    closed = cv2.morphologyEx(found, cv2.MORPH_CLOSE, disc(BRIDGE * face_height))
-    near = cv2.dilate(found, disc(2.0 * REACH * face_height))
+    broad = np.where(thin(found, face_height), np.float32(0.0), found).astype(np.float32)
+    if not broad.any():
+        return np.zeros(found.shape, np.float32)
+    closed = cv2.morphologyEx(broad, cv2.MORPH_CLOSE, disc(BRIDGE * face_height))
+    near = cv2.dilate(broad, disc(2.0 * REACH * face_height))
     return (((closed > 0.5) | (near > 0.5)) & candidates & (found <= 0)).astype(np.float32)
+
+
+def thin(found: Mask, face_height: float) -> NDArray[np.bool_]:
+    """Where `found` is thin: no point within THIN of the face height of it lies further than THIN / 2
+    inside it (a rim, a temple arm; a broad occluder's corner is not thin, nor its edge where a
+    feature's protection cuts it)."""
+    inside = (found > 0).astype(np.uint8)
+    half_width = cv2.dilate(cv2.distanceTransform(inside, cv2.DIST_L2, 3), disc(2.0 * THIN * face_height))
+    return (inside > 0) & (half_width <= 0.5 * THIN * face_height)
 
 
 def joined(found: Mask, candidates: NDArray[np.bool_]) -> Mask:
@@ -116,16 +130,13 @@ def joined(found: Mask, candidates: NDArray[np.bool_]) -> Mask:
 
 
 def followed(found: Mask, candidates: NDArray[np.bool_], face_height: float) -> Mask:
-    """The `candidates` pixels that a thin part of `found` runs on into, as 0/1: reached from where
-    `found` is thin (no point within THIN of it lies further than THIN / 2 inside it: a broad
-    occluder's corner is not thin, nor its edge where a feature's protection cuts it) by a path through
-    candidates at most FOLLOW of the face height long, whichever way it curves (a closing, or a reach
-    in a straight line, misses a rim's arc over an eye)."""
+    """The `candidates` pixels that a thin part of `found` (`thin`) runs on into, as 0/1: reached by a
+    path through candidates at most FOLLOW of the face height long, whichever way it curves (a closing,
+    or a reach in a straight line, misses a rim's arc over an eye)."""
     if not candidates.any() or not found.any():
         return np.zeros(found.shape, np.float32)
     inside = (found > 0).astype(np.uint8)
-    half_width = cv2.dilate(cv2.distanceTransform(inside, cv2.DIST_L2, 3), disc(2.0 * THIN * face_height))
-    reached = ((inside > 0) & (half_width <= 0.5 * THIN * face_height)).astype(np.uint8)
+    reached = thin(found, face_height).astype(np.uint8)
     allowed = candidates.astype(np.uint8) | reached
     step = np.ones((3, 3), np.uint8)
     for _ in range(max(1, round(FOLLOW * face_height))):

@@ -1,10 +1,11 @@
 """occlusion_regions.followed: a thin occluder is followed along itself into a feature, a broad one is not
-(its reach into a feature is bridged's), and nothing unconnected is taken."""
+(its reach into a feature is bridged's), and nothing unconnected is taken. occlusion_regions.bridged: a
+broad occluder running across a feature takes it, a thin ring around one (a glasses rim) does not."""
 
 import cv2
 import numpy as np
 
-from streamer.pipeline.swap_engines.occlusion_regions import FOLLOW, followed
+from streamer.pipeline.swap_engines.occlusion_regions import FOLLOW, bridged, followed
 
 FACE_HEIGHT = 60.0  # the occlusion mask's working size
 
@@ -37,3 +38,23 @@ def test_a_thin_occluder_is_followed_no_further_than_follow() -> None:
     taken = followed(found, candidates > 0, FACE_HEIGHT)
     reach = int(np.nonzero(taken.any(axis=0))[0].max()) - 9
     assert abs(reach - round(FOLLOW * FACE_HEIGHT)) <= 1
+
+
+def test_a_broad_bar_across_an_eye_takes_the_eye_between_its_parts() -> None:
+    found = np.zeros((60, 60), np.float32)
+    candidates = np.zeros((60, 60), np.uint8)
+    found[20:32, 5:22] = 1.0  # a bar a fifth of the face high, cut by the eye's protection...
+    found[20:32, 34:55] = 1.0  # ...on both sides of it
+    candidates[22:30, 22:34] = 1  # its part over the eye, dark
+    taken = bridged(found, candidates > 0, FACE_HEIGHT)
+    assert taken[22:30, 22:34].all()
+
+
+def test_a_thin_rim_around_an_eye_does_not_take_the_eye_inside_it() -> None:
+    """A glasses rim 3 % of the face height thick around an eye: the lens inside is not a gap of the
+    occluder, the dark eye in it stays a feature."""
+    found = np.zeros((60, 60), np.float32)
+    candidates = np.zeros((60, 60), np.uint8)
+    cv2.ellipse(found, (30, 30), (12, 8), 0.0, 0.0, 360.0, 1.0, 2)
+    cv2.ellipse(candidates, (30, 30), (5, 2), 0.0, 0.0, 360.0, 1, -1)  # the eye's lashes and pupil
+    assert not bridged(found, candidates > 0, FACE_HEIGHT).any()
