@@ -1,6 +1,6 @@
 """Regenerate docs/images/mesh_target_occlusion.png and mesh_source_beard_zone.png (issue 18).
 
-Target side: a microphone, a phone, a cup and a skin-toned hand painted in front of a target face
+Target side: a microphone, a phone, a cup, a skin-toned hand and a glasses frame painted in front of a target face
 (bench/clients/occluders.py; the hand is found by the hand models, streamer/pipeline/swap_engines/mesh_hands.py),
 one row each: painted target | swapped with occlusion off | swapped with it on, the occlusion mask in red
 over the last. Source side: a one-sided dark patch on the source's lower cheek (beside the mouth): painted
@@ -20,7 +20,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.clients.occluders import cup, hand, lower_cheek_patch, microphone, phone
+from bench.clients.occluders import cup, glasses_frame, hand, lower_cheek_patch, microphone, phone
 from models.detector import Detector
 from models.face import Frame, TrackedFace
 from models.inference import InferenceConfig
@@ -84,6 +84,7 @@ def main() -> int:
         ("skimage_astronaut.png", phone),
         ("fr_biden.jpg", cup),
         ("skimage_astronaut.png", hand),
+        ("fr_obama.jpg", glasses_frame),
     ):
         target = read_image_file(args.media_dir / target_name)
         face = analyse_image(detector, landmarker, target)[0]
