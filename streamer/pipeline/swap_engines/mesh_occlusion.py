@@ -271,7 +271,7 @@ def face_occlusion(
     # the lash line runs on from the eye's corners, where a rim may touch it
     lids = cv2.dilate(fill_polygons_cpu(size, eyes), disc(FEATURE_MARGIN * face_height)) > 0
     crossing = np.maximum(
-        np.maximum(bridged(crisp, in_gaze, face_height), outside),
+        np.maximum(bridged(crisp, in_gaze, face_height, lids), outside),
         followed(np.maximum(crisp, outside), in_gaze & ~lids, face_height),
     )
     # an occluder crossing the outline takes its part in the outline zone along (a microphone below the

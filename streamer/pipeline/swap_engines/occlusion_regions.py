@@ -92,20 +92,28 @@ def regions(score: NDArray[np.float32], threshold: NDArray[np.float32], face_hei
     return large[labels].astype(np.float32)
 
 
-def bridged(found: Mask, candidates: NDArray[np.bool_], face_height: float) -> Mask:
-    """The `candidates` pixels (occluder-like inside a feature) in the gaps of `found`'s broad parts that
-    a closing of BRIDGE of the face height fills, or within REACH of them: where an occluder runs across
-    a feature or ends on it, not along it (a bar across an eye covers the brow above it, not the whole
-    brow). A thin part (a glasses rim around an eye) bridges nothing: a closing would fill the lens and
-    take the eye inside it; `followed` carries a thin occluder on along itself."""
+def bridged(
+    found: Mask, candidates: NDArray[np.bool_], face_height: float, openings: NDArray[np.bool_]
+) -> Mask:
+    """The `candidates` pixels (occluder-like inside a feature) in the gaps of `found` that a closing of
+    BRIDGE of the face height fills, or within REACH of it: where an occluder runs across a feature or
+    ends on it, not along it (a bar across an eye covers the brow above it, not the whole brow). From a
+    thin part of `found` (`thin`: a glasses rim around an eye) not into the `openings` (the eyes'): the
+    closing would fill the lens, and the dark eye inside it is not the rim's."""
     if not candidates.any() or not found.any():
         return np.zeros(found.shape, np.float32)
-    broad = np.where(thin(found, face_height), np.float32(0.0), found).astype(np.float32)
-    if not broad.any():
-        return np.zeros(found.shape, np.float32)
-    closed = cv2.morphologyEx(broad, cv2.MORPH_CLOSE, disc(BRIDGE * face_height))
-    near = cv2.dilate(broad, disc(2.0 * REACH * face_height))
-    return (((closed > 0.5) | (near > 0.5)) & candidates & (found <= 0)).astype(np.float32)
+
+    def gaps(part: Mask) -> NDArray[np.bool_]:
+        closed = cv2.morphologyEx(part, cv2.MORPH_CLOSE, disc(BRIDGE * face_height))
+        near = cv2.dilate(part, disc(2.0 * REACH * face_height))
+        return np.asarray((closed > 0.5) | (near > 0.5), np.bool_)
+
+    narrow = thin(found, face_height)
+    broad = np.where(narrow, np.float32(0.0), found).astype(np.float32)
+    reached = gaps(found) & ~openings
+    if broad.any():
+        reached |= gaps(broad)
+    return (reached & candidates & (found <= 0)).astype(np.float32)
 
 
 def thin(found: Mask, face_height: float) -> NDArray[np.bool_]:

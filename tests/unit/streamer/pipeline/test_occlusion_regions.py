@@ -46,15 +46,21 @@ def test_a_broad_bar_across_an_eye_takes_the_eye_between_its_parts() -> None:
     found[20:32, 5:22] = 1.0  # a bar a fifth of the face high, cut by the eye's protection...
     found[20:32, 34:55] = 1.0  # ...on both sides of it
     candidates[22:30, 22:34] = 1  # its part over the eye, dark
-    taken = bridged(found, candidates > 0, FACE_HEIGHT)
+    opening = np.zeros((60, 60), np.uint8)
+    cv2.ellipse(opening, (28, 26), (6, 3), 0.0, 0.0, 360.0, 1, -1)
+    taken = bridged(found, candidates > 0, FACE_HEIGHT, opening > 0)
     assert taken[22:30, 22:34].all()
 
 
 def test_a_thin_rim_around_an_eye_does_not_take_the_eye_inside_it() -> None:
     """A glasses rim 3 % of the face height thick around an eye: the lens inside is not a gap of the
-    occluder, the dark eye in it stays a feature."""
+    occluder, the dark eye in it stays a feature; a broad occluder there would take it."""
     found = np.zeros((60, 60), np.float32)
     candidates = np.zeros((60, 60), np.uint8)
     cv2.ellipse(found, (30, 30), (12, 8), 0.0, 0.0, 360.0, 1.0, 2)
     cv2.ellipse(candidates, (30, 30), (5, 2), 0.0, 0.0, 360.0, 1, -1)  # the eye's lashes and pupil
-    assert not bridged(found, candidates > 0, FACE_HEIGHT).any()
+    opening = cv2.dilate(candidates, np.ones((3, 3), np.uint8)) > 0
+    assert not bridged(found, candidates > 0, FACE_HEIGHT, opening).any()
+    broad = found.copy()
+    broad[36:46, 14:46] = 1.0  # a hand's edge below the eye
+    assert bridged(broad, candidates > 0, FACE_HEIGHT, opening)[30, 30] == 1.0
