@@ -16,7 +16,7 @@ skin (gpu_ops.skin_model, fitted on its central cheeks and forehead, like the so
   them); on the lips only a near-neutral colour counts (lips are a redder skin, a microphone is grey),
   so the source's lips are not drawn across a microphone. An occluder found outside a feature takes it
   along where it runs across it or ends on it, and a thin one (a glasses rim) is followed along itself
-  over the brows (occlusion_regions.py).
+  over the brows but takes no eye opening (the eye inside a lens: occlusion_regions.py).
 Crisp evidence without specks (connected regions of at least `occlusion_regions.MIN_OCCLUDER` of the face height squared)
 is grown past its anti-aliased rim and softened.
 
