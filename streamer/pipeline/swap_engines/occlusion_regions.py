@@ -109,10 +109,13 @@ def bridged(
         return np.asarray((closed > 0.5) | (near > 0.5), np.bool_)
 
     narrow = thin(found, face_height)
-    broad = np.where(narrow, np.float32(0.0), found).astype(np.float32)
-    reached = gaps(found) & ~openings
-    if broad.any():
-        reached |= gaps(broad)
+    if not narrow.any():  # all broad: its gaps reach everywhere
+        reached = gaps(found)
+    else:
+        reached = gaps(found) & ~openings
+        broad = np.where(narrow, np.float32(0.0), found).astype(np.float32)
+        if broad.any():
+            reached |= gaps(broad)
     return (reached & candidates & (found <= 0)).astype(np.float32)
 
 
