@@ -4,7 +4,8 @@ All of it follows from the frame's size, the face's mesh and the source, none fr
 or the stream's memory, so the pipeline works it out in its track half (`MeshEngine.plan`), on the
 worker thread, while the swap stage is still busy with the previous frame; the swap half then only
 samples, masks and blends. The field (a triangle-id raster and six coefficients per pixel) is about
-1.4 ms of a 640x480 face's swap on the CPU.
+1.4 ms of a 640x480 face's swap on the CPU. Its pixels outside the mesh point at the source's blank
+texel (mesh_source.BLANK_TEXEL), not off the texture: OpenCV then samples the whole box on its fast path.
 """
 
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from numpy.typing import NDArray
 from gpu_ops.mesh_warp import build_remap
 from gpu_ops.working_resolution import scale_mesh, working_size
 from models import face_mesh_topology as topology
+from streamer.pipeline.swap_engines.mesh_source import BLANK_TEXEL
 
 PasteBox = tuple[int, int, int, int]  # x1, y1, x2, y2 (exclusive), frame px
 
@@ -63,5 +65,6 @@ def face_geometry(
     field = None
     if min(size) >= 2:
         dst_triangles = region_mesh[topology.ALL_TRIANGLES, :2]
-        field = build_remap(dst_triangles, src_triangles, working or size, on_device=on_device)
+        blank = (float(BLANK_TEXEL[1]), float(BLANK_TEXEL[0]))  # (x, y)
+        field = build_remap(dst_triangles, src_triangles, working or size, on_device=on_device, outside=blank)
     return FaceGeometry(mesh, box, working, region_mesh, field)

@@ -17,7 +17,7 @@ A source turned further than `max_source_yaw_degrees` is refused: mirroring cann
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import cv2
 import numpy as np
@@ -37,6 +37,10 @@ Points = NDArray[np.float32]
 TextureName = Literal[
     "texture", "texture_features_cut", "lips_mask", "band_masks", "band_masks_features_cut", "rim_zone"
 ]
+# the texel (row, column) that is 0 in every texture: far outside the face, so nothing samples it but
+# the pixels of the swap's remap field that no triangle covers (mesh_geometry.py), which point here
+# rather than off the texture: the same zeros through cv2.remap's fast path
+BLANK_TEXEL = (0, 0)
 # the inner-mouth cut reaches this far past its outline in the texture, so the bilinear sample of a
 # target pixel inside the target's inner mouth never picks up alpha from outside the cut
 MIN_CUT_MARGIN_PX = 2.5  # 1 px of bilinear reach + 1 px of outline rasterisation, with room
@@ -344,6 +348,8 @@ def build_mesh_source(image: Frame, mesh_in_image: Points, config: MeshSourceCon
         mirrored_triangles=mirrored,
         occluded_share=masks.skin.occluded_share if masks.skin else 0.0,
     )
+    for name in get_args(TextureName):
+        getattr(source, name)[BLANK_TEXEL] = 0
     logger.info(
         "mesh source prepared: yaw %+.0f deg, %d triangles mirrored, mouth openness %.2f, "
         "not skin %.1f %% of the face (%.1f %% filled from the mirror side)",

@@ -11,6 +11,7 @@ from gpu_ops.backend import cupy_available
 from gpu_ops.errors import InvalidFrameError
 from gpu_ops.mesh_warp import (
     OUTSIDE,
+    apply_remap_cpu,
     build_remap_cpu,
     color_channels,
     rasterize_triangle_ids_cpu,
@@ -105,6 +106,23 @@ def test_remap_field_is_minus_one_outside() -> None:
     map_x, map_y = build_remap_cpu(points[triangles], points[triangles], (40, 40))
     assert map_x[0, 0] == -1 and map_y[0, 0] == -1
     assert map_x[15, 12] == pytest.approx(12.0) and map_y[15, 12] == pytest.approx(15.0)
+
+
+def test_uncovered_pixels_pointed_at_a_blank_texel_warp_to_the_same_pixels() -> None:
+    """The mesh engine's field sends uncovered pixels to a texel that is 0 in every channel instead of
+    off the texture (OpenCV's fast path): the warped pixels are the same, bit for bit."""
+    rng = np.random.default_rng(5)
+    texture = rng.integers(1, 256, (96, 96, 4), dtype=np.uint8)
+    texture[0, 0] = 0
+    points, triangles = grid_mesh(6, 6, 12.0, (8.0, 8.0), jitter=3.0, seed=4)
+    src = (points * 0.8 + 10.0)[triangles]
+    off_texture = build_remap_cpu(points[triangles], src, (80, 80))
+    to_blank = build_remap_cpu(points[triangles], src, (80, 80), outside=(0.0, 0.0))
+    uncovered = off_texture[0] == -1
+    assert uncovered.any() and (to_blank[0][uncovered] == 0).all() and (to_blank[1][uncovered] == 0).all()
+    expected = apply_remap_cpu(texture, off_texture)
+    assert np.array_equal(apply_remap_cpu(texture, to_blank), expected)
+    assert (expected[uncovered] == 0).all()
 
 
 def test_bad_shapes_raise() -> None:

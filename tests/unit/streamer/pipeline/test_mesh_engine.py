@@ -7,6 +7,7 @@ mirrored or refused, missing faces are errors for the source and pass-through fo
 
 import dataclasses
 from pathlib import Path
+from typing import get_args
 
 import cv2
 import numpy as np
@@ -15,6 +16,7 @@ from numpy.typing import NDArray
 
 from gpu_ops.errors import InvalidInputError
 from gpu_ops.masks import fill_polygons_cpu
+from gpu_ops.mesh_warp import build_remap_cpu
 from models import face_mesh_topology as topology
 from models.detector import Detections
 from models.face import Frame, TrackedFace
@@ -22,7 +24,9 @@ from models.landmarks import FaceLandmarks
 from streamer.pipeline.swap_engines.base import NoFaceError, StreamMemory, SwapOptions
 from streamer.pipeline.swap_engines.mesh import MeshConfig, MeshEngine, paste_box
 from streamer.pipeline.swap_engines.mesh_source import (
+    BLANK_TEXEL,
     MeshSourceConfig,
+    TextureName,
     build_mesh_source,
     mouth_openness,
     yaw_degrees,
@@ -370,6 +374,36 @@ def test_a_planned_swap_is_the_swap_worked_out_alone(
     assert engine.plan(frame, [TrackedFace(2, faces[0].box, 1.0, faces[0].landmarks_5, None)], source) == [
         None
     ]
+
+
+def test_uncovered_pixels_sample_the_blank_texel_and_swap_as_if_off_the_texture(
+    source_mesh: NDArray[np.float32], source_image: Frame
+) -> None:
+    """The planned field points pixels no triangle covers at `BLANK_TEXEL`, 0 in every texture of the
+    source (OpenCV's fast path), so the swap's bytes are those of a field pointing off the texture."""
+    engine = make_engine(source_mesh)
+    source = engine.prepare_source(source_image)
+    for name in get_args(TextureName):
+        assert not getattr(source, name)[BLANK_TEXEL].any(), name
+    target_mesh = place(FRONTAL_MESH, (320, 240), 200)
+    frame = painted_face((640, 480), target_mesh, seed=5)
+    faces = [tracked(target_mesh)]
+    plan = engine.plan(frame, faces, source)[0]
+    assert plan is not None and plan.field is not None
+    x1, y1, x2, y2 = plan.box
+    triangles = plan.region_mesh[topology.ALL_TRIANGLES, :2]
+    off_texture = build_remap_cpu(triangles, source.src_triangles, plan.working or (x2 - x1, y2 - y1))
+    uncovered = off_texture[0] == -1
+    assert uncovered.mean() > 0.1
+    assert (plan.field[0][uncovered] == BLANK_TEXEL[1]).all() and (
+        plan.field[1][uncovered] == BLANK_TEXEL[0]
+    ).all()
+    np.testing.assert_array_equal(plan.field[0][~uncovered], off_texture[0][~uncovered])
+    as_before = dataclasses.replace(plan, field=off_texture)
+    np.testing.assert_array_equal(
+        engine.swap(frame, faces, source, SwapOptions(plans=[plan])),
+        engine.swap(frame, faces, source, SwapOptions(plans=[as_before])),
+    )
 
 
 def test_a_strained_engine_swaps_a_480p_face_at_the_smaller_working_size(
