@@ -84,7 +84,8 @@ class SwapCadence:
         self.share = SHARES[0]
         self.reason = "swapping every frame"
         self.worker_busy: float | None = None  # the worker's busy share in the last judged window
-        self._credit: dict[str, Fraction] = {}  # per session: spreads its admitted frames evenly
+        self._credit: dict[str, Fraction] = {}  # per session: spreads its admitted frames evenly...
+        self._sessions: list[str] = []  # ...from its own phase (sessions in order of arrival)
         self._window_start = clock()
         self._busy_at_start = busy_seconds()
         self._stalled_at_start = stalled_seconds()
@@ -100,7 +101,8 @@ class SwapCadence:
     def admit(self, session_id: str) -> bool:
         """Whether this frame of `session_id` goes to the worker; False: skip it (the caller counts it)."""
         self._roll_window()
-        credit = self._credit.get(session_id, Fraction(0)) + self.share
+        credit = self._credit.get(session_id)
+        credit = (self._phase(session_id) if credit is None else credit) + self.share
         admitted = credit >= 1
         self._credit[session_id] = credit - 1 if admitted else credit
         self._admitted += admitted
@@ -111,6 +113,18 @@ class SwapCadence:
 
     def forget(self, session_id: str) -> None:
         self._credit.pop(session_id, None)
+        if session_id in self._sessions:
+            self._sessions.remove(session_id)
+
+    def _phase(self, session_id: str) -> Fraction:
+        """Where a session's credit starts: k/n for the k-th of n sessions, so calls whose frames come in
+        step (from one machine, from one SFU) take turns instead of arriving together: at 2/3 three of
+        them bring the worker 2, 2, 2 frames per frame time rather than 3, 3, 0, and a frame waiting
+        behind a burst is not replaced in its mailbox by the next (shares change early in a call, and
+        each change clears the credits, so all sessions soon have their k/n)."""
+        if session_id not in self._sessions:
+            self._sessions.append(session_id)
+        return Fraction(self._sessions.index(session_id), len(self._sessions))
 
     def describe(self) -> dict[str, object]:
         return {

@@ -196,6 +196,23 @@ def test_every_session_gets_the_same_share_of_its_own_frames() -> None:
     assert taken["a"] == 30 and taken["b"] == 45  # half of 60 and half of 90 frames
 
 
+def test_sessions_whose_frames_come_in_step_take_turns() -> None:
+    """Three calls sending in step (one client machine, one SFU): at 2/3 the worker gets two frames every
+    frame time, not three, three, none; at 1/2 one or two, never all three together; each call still
+    gets its share. A call that leaves gives its turn to the next share change's order."""
+    clock = Clock()
+    cadence = make(clock)
+    for share in (Fraction(2, 3), Fraction(1, 2)):
+        cadence._set(share, "test")
+        per_tick = [sum(cadence.admit(session) for session in "abc") for _ in range(30)]
+        assert sum(per_tick) == 3 * 30 * share
+        assert max(per_tick) - min(per_tick) <= 1, per_tick
+    cadence.forget("b")
+    cadence._set(Fraction(1, 2), "test")
+    per_tick = [sum(cadence.admit(session) for session in "ac") for _ in range(30)]
+    assert per_tick == [1] * 30  # the two left alternate
+
+
 def test_its_owner_hears_every_change_of_share_and_nothing_else() -> None:
     """The daemon's encoders work less while the cadence sheds frames (web/engine.py): it is told of
     each new share once, not of the windows that keep it."""
