@@ -18,7 +18,8 @@ it admitted, and looks at how busy the worker was:
 - at least `raise_above_returned` of them came back (the mailbox's newest-wins drops aside) for
   `windows_to_raise` windows and the worker, busy `b`, would be busy
   `b x higher share / share` under `raise_below_busy`: up to the highest such share (a call that
-  joined at a low share climbs back in one move, not one step per `windows_to_raise`). Projecting the
+  joined at a low share climbs back in one move, not one step per `windows_to_raise`), but from
+  `one_step_from` up only to the next share. Projecting the
   load keeps the cadence from flapping between two steps; where the projection was wrong (a raise
   undone within `failed_raise_windows`), the next raise waits twice as many windows, up to
   `max_windows_to_raise`. Two windows are enough otherwise: the first share after a load spike (three
@@ -53,6 +54,11 @@ class CadencePolicy:
     lower_above_busy: float = 0.9  # worker busy fraction in a window: saturated, frames wait for it
     windows_to_lower: int = 2
     raise_below_busy: float = 0.8  # projected worker busy fraction at the higher share
+    # from this share up a raise is one step: the linear projection underrates what more frames cost a
+    # machine whose cores the codecs share (three 480p calls on 2 cores, 45-53 % busy at 1/2: projected
+    # 68-80 % at 3/4, where the worker was 76-85 % busy and lost a fifth of the frames, and the step
+    # down went past 2/3 to 1/2; seven raises of seven in four bench runs' logs)
+    one_step_from: Fraction = Fraction(1, 2)
     raise_above_returned: float = 0.9  # swapped / admitted in a window that counts as roomy
     windows_to_raise: int = 2
     failed_raise_windows: int = 6  # a lowering this soon after a raise undoes it: back off
@@ -160,6 +166,8 @@ class SwapCadence:
         fitting = [
             share for share in SHARES[:step] if busy * float(share / self.share) < policy.raise_below_busy
         ]
+        if self.share >= policy.one_step_from:
+            fitting = fitting[-1:]  # only the next step up, if it fits
         up = fitting[0] if fitting else None
         roomy = up is not None and ratio >= policy.raise_above_returned
         self._roomy_windows = self._roomy_windows + 1 if roomy else 0

@@ -117,6 +117,23 @@ def test_room_on_the_worker_brings_more_frames_back_as_far_as_the_projected_load
     assert cadence.share == 1
 
 
+def test_from_half_the_frames_up_a_raise_is_one_step() -> None:
+    """At 1/2 with the worker 45 % busy the linear projection puts 3/4 at 68 %; on a machine whose cores
+    the codecs share that raise was undone every time, and the step down went past 2/3. From 1/2 up
+    the cadence climbs one share at a time: 2/3, then 3/4 when 2/3 leaves room too."""
+    clock = Clock()
+    cadence = make(clock)
+    for _ in range(3):
+        run_window(cadence, clock, 30, swapped_share=0.6, busy=1.0)
+    assert cadence.share == Fraction(1, 2)
+    for _ in range(CadencePolicy().windows_to_raise + 1):
+        run_window(cadence, clock, 30, swapped_share=1.0, busy=0.45)
+    assert cadence.share == Fraction(2, 3)
+    for _ in range(CadencePolicy().windows_to_raise + 1):
+        run_window(cadence, clock, 30, swapped_share=1.0, busy=0.6)  # 3/4 projects 68 %
+    assert cadence.share == Fraction(3, 4)
+
+
 def test_a_raise_the_load_undoes_makes_the_next_raise_wait_longer() -> None:
     """The projection said 2/3 would fit, but at 2/3 the worker saturated (the cores are shared with the
     codecs): back at 1/2 the next try waits twice as long, then four times, so the share does not flap
