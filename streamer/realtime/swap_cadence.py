@@ -50,7 +50,11 @@ SHARES: tuple[Fraction, ...] = tuple(
 @dataclass(frozen=True)
 class CadencePolicy:
     window_s: float = 1.0
-    lower_below: float = 0.8  # swapped / admitted in a window
+    # swapped / admitted in a window below which a share is short, whatever the next share gives: at
+    # 2/3 the next share's 3/4 (1/2 of the frames) rules, so 2/3 holds while it brings back more than
+    # 1/2 would (20 frames/s x 0.75 = 15); the mailboxes' drops near a worker's limit put a window's
+    # return at 0.75-0.85 there (with 0.8 two such windows in a row sent three 480p calls to 1/2)
+    lower_below: float = 0.7
     lower_above_busy: float = 0.9  # worker busy fraction in a window: saturated, frames wait for it
     windows_to_lower: int = 2
     raise_below_busy: float = 0.8  # projected worker busy fraction at the higher share

@@ -89,6 +89,24 @@ def test_a_share_that_returns_fewer_frames_than_the_next_step_down_steps_down() 
     assert cadence.share == Fraction(2, 3)
 
 
+def test_two_thirds_holds_while_it_brings_back_more_than_half_would() -> None:
+    """Near the worker's limit the mailboxes' newest-wins drops put a window's return at 0.75-0.85: at
+    2/3 that is 15-17 frames/s of 30, more than 1/2 gives, so 2/3 holds; below 3/4 back it does not."""
+    clock = Clock()
+    cadence = make(clock)
+    for _ in range(3):
+        run_window(cadence, clock, 30, swapped_share=0.6, busy=1.0)
+    for _ in range(CadencePolicy().windows_to_raise + 1):
+        run_window(cadence, clock, 30, swapped_share=1.0, busy=0.5)
+    assert cadence.share == Fraction(2, 3)
+    for _ in range(10):
+        run_window(cadence, clock, 30, swapped_share=0.77, busy=0.8)
+    assert cadence.share == Fraction(2, 3)
+    for _ in range(2):
+        run_window(cadence, clock, 30, swapped_share=0.72, busy=0.8)
+    assert cadence.share == Fraction(1, 2)
+
+
 def test_it_never_swaps_fewer_than_the_last_share() -> None:
     clock = Clock()
     cadence = make(clock)
