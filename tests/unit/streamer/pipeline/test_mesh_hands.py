@@ -62,6 +62,27 @@ def test_without_a_hand_the_palm_search_runs_at_the_cadence_or_on_a_sudden_chang
     assert finder.searches == 3
 
 
+def test_a_face_moving_a_pixel_in_its_box_is_no_sudden_change() -> None:
+    """The thumbnail's cells are means of (nearly) all their pixels, not of a sparse grid that aliases: a
+    face's fine detail (here the extreme, stripes 1 px wide, like lashes or hair) moving a pixel within
+    the box, as a moving head does every frame, changes no cell by CHANGE_LEVELS; something coming in
+    over a cell does. (The bench's panning face changed its old sparse thumbnail by 33-37 levels every
+    22 frames, a palm search each time.)"""
+    finder = ScriptedFinder(None)
+    hands, track = FaceHands(finder), HandTrack()  # type: ignore[arg-type]
+    striped = FRAME.copy()
+    striped[:, ::2] = 230
+    hands.outlines(striped, BOX, track)
+    assert finder.searches == 1
+    for step in range(1, 3 * mesh_hands.SEARCH_GAP):
+        hands.outlines(np.roll(striped, step % 2, axis=1), BOX, track)
+    assert finder.searches == 1
+    covered = striped.copy()
+    covered[60:180, 100:150] = 40
+    hands.outlines(covered, BOX, track)
+    assert finder.searches == 2
+
+
 def test_a_found_hand_is_followed_then_held_a_bounded_time_then_dropped() -> None:
     # (the scripted landmarks are in the search square's px; the frame's are the same here: a box whose
     # square starts at the frame's corner)
