@@ -39,6 +39,15 @@ def make(clock: Clock) -> SwapCadence:
     return SwapCadence(lambda: clock.busy, CadencePolicy(), clock=clock)
 
 
+def at_half(clock: Clock) -> SwapCadence:
+    """A cadence brought to 1/2 by a worker busy all the time that swaps 60 % of every frame."""
+    cadence = make(clock)
+    for _ in range(3):
+        run_window(cadence, clock, 30, swapped_share=0.6, busy=1.0)
+    assert cadence.share == Fraction(1, 2)
+    return cadence
+
+
 def test_a_worker_a_third_as_fast_brings_the_share_down_to_what_it_manages_at_once() -> None:
     """Two windows in which only a third came back: the share drops to the step under a third of the
     frames (with a margin), not one step at a time."""
@@ -93,9 +102,7 @@ def test_two_thirds_holds_while_it_brings_back_more_than_half_would() -> None:
     """Near the worker's limit the mailboxes' newest-wins drops put a window's return at 0.75-0.85: at
     2/3 that is 15-17 frames/s of 30, more than 1/2 gives, so 2/3 holds; below 3/4 back it does not."""
     clock = Clock()
-    cadence = make(clock)
-    for _ in range(3):
-        run_window(cadence, clock, 30, swapped_share=0.6, busy=1.0)
+    cadence = at_half(clock)
     for _ in range(CadencePolicy().windows_to_raise + 1):
         run_window(cadence, clock, 30, swapped_share=1.0, busy=0.5)
     assert cadence.share == Fraction(2, 3)
@@ -140,10 +147,7 @@ def test_from_half_the_frames_up_a_raise_is_one_step() -> None:
     the codecs share that raise was undone every time, and the step down went past 2/3. From 1/2 up
     the cadence climbs one share at a time: 2/3, then 3/4 when 2/3 leaves room too."""
     clock = Clock()
-    cadence = make(clock)
-    for _ in range(3):
-        run_window(cadence, clock, 30, swapped_share=0.6, busy=1.0)
-    assert cadence.share == Fraction(1, 2)
+    cadence = at_half(clock)
     for _ in range(CadencePolicy().windows_to_raise + 1):
         run_window(cadence, clock, 30, swapped_share=1.0, busy=0.45)
     assert cadence.share == Fraction(2, 3)
@@ -157,10 +161,7 @@ def test_a_raise_the_load_undoes_makes_the_next_raise_wait_longer() -> None:
     codecs): back at 1/2 the next try waits twice as long, then four times, so the share does not flap
     every few seconds. A lowering long after a raise is a new load, not a failed raise: the wait resets."""
     clock = Clock()
-    cadence = make(clock)
-    for _ in range(3):
-        run_window(cadence, clock, 30, swapped_share=0.6, busy=1.0)
-    assert cadence.share == Fraction(1, 2)
+    cadence = at_half(clock)
 
     def windows_until_raised() -> int:
         for count in range(1, 40):
@@ -219,10 +220,7 @@ def test_every_session_gets_the_same_share_of_its_own_frames() -> None:
     """One share for the worker, one credit per session: two calls, each 1 of 2 of its own frames, even
     when their frames interleave unevenly."""
     clock = Clock()
-    cadence = make(clock)
-    for _ in range(3):
-        run_window(cadence, clock, 30, swapped_share=0.6, busy=1.0)
-    assert cadence.share == Fraction(1, 2)
+    cadence = at_half(clock)
     taken = {"a": 0, "b": 0}
     for index in range(60):
         clock.now += 1 / 90
