@@ -20,6 +20,8 @@ from models import face_mesh_topology as topology
 from streamer.pipeline.swap_engines.mesh_source import BLANK_TEXEL
 
 PasteBox = tuple[int, int, int, int]  # x1, y1, x2, y2 (exclusive), frame px
+# (x, y) where the field's uncovered pixels sample the source
+_UNCOVERED_POINT = (float(BLANK_TEXEL[1]), float(BLANK_TEXEL[0]))
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,7 @@ def face_geometry(
     field = None
     if min(size) >= 2:
         dst_triangles = region_mesh[topology.ALL_TRIANGLES, :2]
-        blank = (float(BLANK_TEXEL[1]), float(BLANK_TEXEL[0]))  # (x, y)
-        field = build_remap(dst_triangles, src_triangles, working or size, on_device=on_device, outside=blank)
+        field = build_remap(
+            dst_triangles, src_triangles, working or size, on_device=on_device, outside=_UNCOVERED_POINT
+        )
     return FaceGeometry(mesh, box, working, region_mesh, field)
