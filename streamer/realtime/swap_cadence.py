@@ -18,8 +18,9 @@ it admitted, and looks at how busy the worker was:
 - at least `raise_above_returned` of them came back (the mailbox's newest-wins drops aside) for
   `windows_to_raise` windows and the worker, busy `b`, would be busy
   `b x higher share / share` under `raise_below_busy`: up to the highest such share (a call that
-  joined at a low share climbs back in one move, not one step per `windows_to_raise`), but from
-  `one_step_from` up only to the next share. Projecting the
+  joined at a low share climbs back in one move, not one step per `windows_to_raise`), but never past
+  the share it last fell from (that share failed, whatever the projection from a lightly loaded low
+  share says), and from `one_step_from` up only to the next share. Projecting the
   load keeps the cadence from flapping between two steps; where the projection was wrong (a raise
   undone within `failed_raise_windows`), the next raise waits twice as many windows, up to
   `max_windows_to_raise`. Two windows are enough otherwise: the first share after a load spike (three
@@ -107,6 +108,7 @@ class SwapCadence:
         self._worst_capacity = 1.0  # what came back over how busy the worker was, in the short windows
         self._windows_to_raise = self.policy.windows_to_raise  # doubled after each raise undone
         self._windows_since_raise: int | None = None  # None: the last change was not a raise
+        self._fell_from: Fraction | None = None  # the share of the last lowering, until reached again
 
     def admit(self, session_id: str) -> bool:
         """Whether this frame of `session_id` goes to the worker; False: skip it (the caller counts it)."""
@@ -170,6 +172,10 @@ class SwapCadence:
         fitting = [
             share for share in SHARES[:step] if busy * float(share / self.share) < policy.raise_below_busy
         ]
+        if self._fell_from is not None:
+            # 2/3 fell to 2/5 on a loaded second, 2/5 idled at 32 % busy and projected 3/4 at 60 %: the
+            # jump was undone within a second and the step down went to 1/2 (a three-call bench log)
+            fitting = [share for share in fitting if share <= self._fell_from]
         if self.share >= policy.one_step_from:
             fitting = fitting[-1:]  # only the next step up, if it fits
         up = fitting[0] if fitting else None
@@ -187,6 +193,7 @@ class SwapCadence:
                 else policy.windows_to_raise
             )
             self._windows_since_raise = None
+            self._fell_from = self.share
             managed = float(self.share) * self._worst_capacity * policy.margin
             lower = next((share for share in SHARES[step + 1 :] if share <= managed), SHARES[-1])
             self._set(
@@ -195,6 +202,8 @@ class SwapCadence:
             )
         elif self._roomy_windows >= self._windows_to_raise and up is not None:
             self._windows_since_raise = 0
+            if self._fell_from is not None and up >= self._fell_from:
+                self._fell_from = None
             self._set(
                 up,
                 f"raised: {swapped} of {admitted} frames swapped in {elapsed:.1f} s, worker {busy:.0%} busy",

@@ -156,6 +156,32 @@ def test_from_half_the_frames_up_a_raise_is_one_step() -> None:
     assert cadence.share == Fraction(3, 4)
 
 
+def test_a_raise_from_below_half_stops_at_the_share_it_fell_from() -> None:
+    """Three calls held 2/3 for 13 s, then two loaded seconds (40 of 62 back, 81 % busy) sent them to 2/5,
+    where the worker idled at 32 % busy: projected, 3/4 fits (60 %). But 2/3 had just failed; the raise
+    goes back to it, not past it to 3/4 (which was undone within a second in the bench log, and the
+    step down from there went to 1/2). From 2/3 the climb goes on one step at a time."""
+    clock = Clock()
+    cadence = at_half(clock)
+    for _ in range(CadencePolicy().windows_to_raise + 1):
+        run_window(cadence, clock, 30, swapped_share=1.0, busy=0.5)
+    assert cadence.share == Fraction(2, 3)
+    for _ in range(CadencePolicy().failed_raise_windows + 2):  # held: 3/4 would project 84 %
+        run_window(cadence, clock, 30, swapped_share=0.9, busy=0.75)
+    assert cadence.share == Fraction(2, 3)
+    for _ in range(3):
+        run_window(cadence, clock, 30, swapped_share=0.6, busy=0.83)
+    assert cadence.share == Fraction(2, 5)
+    for _ in range(10):  # 3/4 projects 60 %, every frame 80 %
+        run_window(cadence, clock, 30, swapped_share=1.0, busy=0.32)
+        if cadence.share != Fraction(2, 5):
+            break
+    assert cadence.share == Fraction(2, 3)
+    for _ in range(CadencePolicy().windows_to_raise + 1):
+        run_window(cadence, clock, 30, swapped_share=1.0, busy=0.5)  # 3/4 projects 56 %
+    assert cadence.share == Fraction(3, 4)
+
+
 def test_a_raise_the_load_undoes_makes_the_next_raise_wait_longer() -> None:
     """The projection said 2/3 would fit, but at 2/3 the worker saturated (the cores are shared with the
     codecs): back at 1/2 the next try waits twice as long, then four times, so the share does not flap
