@@ -52,6 +52,7 @@ class FakeFrameJob:
     stream: FakeStreamState
     source: FakeSource | None
     settings: FakeSwapSettings
+    timestamp: float | None = None
 
 
 def source_colour(image: Frame) -> tuple[int, int, int]:
@@ -94,6 +95,7 @@ class FakePipeline:
     track_threads: set[str] = field(default_factory=set)  # who ran track_batch / swap_tracked
     swap_threads: set[str] = field(default_factory=set)
     tracked_values: list[list[int]] = field(default_factory=list)  # each track_batch: its frames' first pixel
+    timestamps: list[float | None] = field(default_factory=list)  # every job's, in the order they came
 
     def _record_thread(self) -> None:
         self.calling_threads.add(threading.current_thread().name)
@@ -117,6 +119,7 @@ class FakePipeline:
     def process_batch(self, jobs: Sequence[FakeFrameJob]) -> list[Frame | None]:
         self._record_thread()
         self.batch_sizes.append(len(jobs))
+        self.timestamps.extend(job.timestamp for job in jobs)
         self._hold_delay_fail()
         for job in jobs:
             job.stream.frames += 1
@@ -127,6 +130,7 @@ class FakePipeline:
         self.track_threads.add(threading.current_thread().name)
         self.batch_sizes.append(len(jobs))
         self.tracked_values.append([int(job.frame[0, 0, 0]) for job in jobs])
+        self.timestamps.extend(job.timestamp for job in jobs)
         if self.fail_tracking:
             raise RuntimeError("fake tracking failure")
         for job in jobs:

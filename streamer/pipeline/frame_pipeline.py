@@ -77,6 +77,7 @@ class FrameJob:
     stream: StreamState
     source: SourceIdentity | None
     settings: SwapSettings
+    timestamp: float | None = None  # capture time (s, the stream's clock); None: 1/30 s after the last
 
 
 @dataclass
@@ -336,7 +337,7 @@ class FramePipeline:
         all streams' faces instead of one of each per stream."""
         detections = self._detect_batched(jobs)
         steps = [
-            job.stream.tracker.begin(job.frame, detections=detected)
+            job.stream.tracker.begin(job.frame, job.timestamp, detections=detected)
             for job, detected in zip(jobs, detections)
         ]
         meshing = [step for step in steps if step.needs_mesh]

@@ -297,6 +297,7 @@ class BatchWorker:
                 stream=frame.lane.stream,
                 source=frame.lane.source,
                 settings=frame.lane.settings,
+                timestamp=frame.item.capture_time,
             )
             for frame in converted
         ]

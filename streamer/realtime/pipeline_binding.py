@@ -51,7 +51,7 @@ class BatchPhases:
     swap: Callable[[Sequence[Any]], list[Frame | None]]
 
 
-MakeJob = Callable[..., Any]  # keyword-only: frame, stream, source, settings -> FrameJob
+MakeJob = Callable[..., Any]  # keyword-only: frame, stream, source, settings, timestamp -> FrameJob
 UpdateSettings = Callable[..., Settings]  # (settings, **changes) -> new settings; ValueError on bad input
 WantsSwap = Callable[[SourceHandle | None, Settings], bool]  # (source, settings): frames go to the worker
 

@@ -19,6 +19,16 @@ class InboundFrame:
     video_frame: VideoFrame
     received_at: float
 
+    @property
+    def capture_time(self) -> float:
+        """When the camera took the frame (s, the sender's clock: RTP time, unwrapped by aiortc), else
+        when it arrived: the tracker's smoothing needs the time between the frames it sees, which the
+        swap cadence and the mailbox make uneven."""
+        frame = self.video_frame
+        if frame.pts is None or frame.time_base is None:
+            return self.received_at
+        return float(frame.pts * frame.time_base)
+
 
 @dataclass(frozen=True)
 class ConvertedFrame:

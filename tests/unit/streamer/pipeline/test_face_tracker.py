@@ -339,3 +339,39 @@ def test_a_covered_face_is_held_longer_and_keeps_its_track_when_it_shows_again()
     assert plain_ids[:5] == [[0]] * 5 and [] in plain_ids and plain_ids[-1] not in ([], [0])
     with pytest.raises(ValueError):
         FaceTracker(ScriptedDetector({}), None, hold_frames=5, covered_hold_frames=4)
+
+
+def panning_lag(step: int, timed: bool) -> float:
+    """The smoothed box's largest lag (px) behind a face panning like the bench's (30 px each way over
+    3 s) when the tracker sees every `step`-th frame, with or without the frames' capture times."""
+    scene = {n: [[100.0 + 30 * np.sin(2 * np.pi * n / 90), 60.0, 0.0, 160.0]] for n in range(240)}
+    for boxes in scene.values():
+        boxes[0][2] = boxes[0][0] + 80.0
+    tracker = FaceTracker(ScriptedDetector(scene), ScriptedLandmarker(scene), detect_every=1)
+    lags = []
+    for n in range(0, 240, step):
+        box = tracker.track(frame_number(n), n / 30 if timed else None)[0].box
+        lags.append(abs(scene[n][0][0] - float(box[0])))
+    return max(lags[len(lags) // 3 :])
+
+
+def test_a_stream_seen_every_fifth_frame_is_followed_as_closely_given_its_capture_times() -> None:
+    """The swap cadence and the mailbox hand the tracker some of a stream's frames; with their capture
+    times the smoothing follows the face as at full rate; without them it takes five frame intervals
+    for one and lags three times as far."""
+    every_frame = panning_lag(1, timed=True)
+    assert every_frame < 1.5
+    assert panning_lag(5, timed=True) < 2 * every_frame
+    assert panning_lag(5, timed=False) > 3 * panning_lag(5, timed=True)
+
+
+def test_a_sender_clock_that_goes_back_does_not_freeze_the_smoothing() -> None:
+    """Timestamps that restart from zero (a sender restarted its clock) go on one frame interval after
+    the last frame: the face is still followed, not held at its last smoothed place."""
+    scene = {n: [[100.0 + 3 * n, 60.0, 180.0 + 3 * n, 160.0]] for n in range(60)}
+    tracker = FaceTracker(ScriptedDetector(scene), ScriptedLandmarker(scene), detect_every=1)
+    for n in range(30):
+        tracker.track(frame_number(n), 100.0 + n / 30)
+    boxes = [tracker.track(frame_number(n), (n - 30) / 30)[0].box[0] for n in range(30, 60)]
+    assert abs(scene[59][0][0] - float(boxes[-1])) < 2.0
+    assert np.all(np.diff(boxes) > 0)

@@ -94,6 +94,28 @@ async def test_newest_frame_of_every_lane_goes_in_one_batch() -> None:
     assert pipeline.calling_threads == {"livefuse-worker"}
 
 
+@pytest.mark.parametrize("phases", [False, True])
+async def test_a_job_carries_its_frames_capture_time(phases: bool) -> None:
+    """The tracker's smoothing needs the time between the frames it sees (the cadence and the mailbox
+    skip some): the job carries the frame's RTP time in seconds, or its arrival time without one."""
+    pipeline = FakePipeline()
+    worker = BatchWorker(fake_binding(pipeline, phases=phases))
+    collector = Collector(3)
+    lane = WorkerLane("s", FakeStreamState(), FakeSwapSettings(), collector)
+    lane.source = FakeSource((1, 2, 3))
+    untimed = _inbound(0)
+    untimed.video_frame.pts = None
+    worker.start()
+    try:
+        worker.attach(lane)
+        for count, item in enumerate((_inbound(9000), _inbound(24000), untimed), start=1):
+            lane.mailbox.put(item)
+            await _until(lambda count=count: len(collector.items) == count)  # type: ignore[misc]
+    finally:
+        await worker.close()
+    assert pipeline.timestamps == [pytest.approx(0.1), pytest.approx(24000 / 90000), untimed.received_at]
+
+
 async def test_failed_batch_passes_frames_through() -> None:
     pipeline = FakePipeline(fail_batches=True)
     worker = BatchWorker(fake_binding(pipeline))
