@@ -186,7 +186,8 @@ def _pipeline_process(args: argparse.Namespace) -> ProcessFrame:
     stream = pipeline.new_stream(reference_embedding=reference)
 
     def process(captured: CapturedFrame) -> Frame:
-        return pipeline.process(FrameJob(captured.image, stream, source, settings))
+        # the capture time: the reader drops frames while the swap is slow, and the smoothing must know
+        return pipeline.process(FrameJob(captured.image, stream, source, settings, captured.captured_at))
 
     return process
 
