@@ -26,7 +26,7 @@ from numpy.typing import NDArray
 from models.detector import Detections, InputSize, fit_input_size
 from models.face import Frame, TrackedFace
 from models.landmarks import FaceLandmarks
-from streamer.pipeline.smoothing import OneEuroConfig, OneEuroFilter
+from streamer.pipeline.smoothing import OneEuroConfig, OneEuroFilter, StreamClock
 
 logger = logging.getLogger(__name__)
 
@@ -186,8 +186,7 @@ class FaceTracker:
         self._tracks: list[_Track] = []
         self._frame_index = -1
         self._last_detection_index = -(10**9)
-        self._now = -1.0 / self.frame_rate  # the last frame's time on the stream clock (seconds)
-        self._clock_offset = 0.0  # added to the caller's timestamps after its clock went back
+        self._clock = StreamClock(self.frame_rate)
         self._next_id = getattr(self, "_next_id", 0)
 
     def hold_covered(self, track_ids: Collection[int]) -> None:
@@ -206,24 +205,6 @@ class FaceTracker:
         if self.landmarker is None:
             return False  # without a landmarker nothing else follows the faces: the cadence alone
         return any(track.missed or track.presence < self.redetect_below for track in self._tracks)
-
-    def _stream_time(self, timestamp: float | None) -> float:
-        """This frame's time for the smoothing, always after the last: the caller's timestamp, or one
-        frame interval on without one. A frame skipped upstream (the swap cadence sheds frames, the
-        mailbox keeps the newest) must count as the time it was, or the filter takes a face moving over
-        five frame intervals for one moving five times as fast in one, and lags (a swap share of 1/5:
-        the mesh box off by enough to change the face's look by 24-66 levels a cell). A clock that goes
-        back (a restarted sender) continues one interval after the last frame."""
-        interval = 1.0 / self.frame_rate
-        if timestamp is None:
-            now = self._now + interval
-        else:
-            now = timestamp + self._clock_offset
-            if now <= self._now:
-                self._clock_offset += self._now + interval - now
-                now = self._now + interval
-        self._now = now
-        return now
 
     def detection_input_size(self, frame: Frame) -> InputSize:
         """The detector input (w, h) this tracker uses for frames of this size."""
@@ -252,7 +233,7 @@ class FaceTracker:
         every stream's step at once and hands each stream its part in `finish`."""
         due = self.detection_due()
         self._frame_index += 1
-        now = self._stream_time(timestamp)
+        now = self._clock.time(timestamp)
         if due:
             observed = self._detect(frame, detections)
         else:

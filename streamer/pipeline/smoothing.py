@@ -1,4 +1,5 @@
-"""One-Euro filter for landmark arrays: heavy smoothing when a face is still, little lag when it moves.
+"""One-Euro filter for landmark arrays: heavy smoothing when a face is still, little lag when it moves;
+and the stream clock it runs on (`StreamClock`: frames the cadence skipped still count as time).
 
 Casiez, Roussel, Vogel, "1 Euro Filter" (CHI 2012). The cutoff frequency rises with the (smoothed)
 speed of each coordinate, so jitter of a still face is removed while a moving face is followed closely.
@@ -64,3 +65,28 @@ class OneEuroFilter:
         self._value = weight * sample + (1.0 - weight) * self._value
         self._timestamp = timestamp
         return self._value.astype(np.float32)
+
+
+class StreamClock:
+    """A stream's frame times for the filters, always forward: the caller's timestamps, or one frame
+    interval on without one. A frame skipped upstream (the swap cadence sheds frames, the mailbox keeps
+    the newest) must count as the time it was, or the filter takes a face that moved over five frame
+    intervals for one moving five times as fast in one, and lags (at a swap share of 1/5 a panning
+    face's mesh by up to 15 px). A clock that goes back (a restarted sender) goes on one interval after
+    the last frame."""
+
+    def __init__(self, frame_rate: float) -> None:
+        self.interval = 1.0 / frame_rate
+        self._now = -self.interval  # the last frame's time
+        self._offset = 0.0  # added to the caller's timestamps since its clock went back
+
+    def time(self, timestamp: float | None) -> float:
+        if timestamp is None:
+            now = self._now + self.interval
+        else:
+            now = timestamp + self._offset
+            if now <= self._now:
+                self._offset += self._now + self.interval - now
+                now = self._now + self.interval
+        self._now = now
+        return now
