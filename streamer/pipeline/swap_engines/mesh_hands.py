@@ -3,8 +3,9 @@ engine asks the hand models (models/hands.py) where a hand is and the occlusion 
 
 The palm detector runs on a square around the face (CROP_GROWTH x the face box), where a hand in front of
 the face is large enough for its 192-px input; the landmark model's presence (> 0.5) rejects its false
-positives on bare skin. A hand's outline is the convex hull of its 21 landmarks grown by a finger's half
-width (the landmarks are the joints' centres).
+positives on bare skin. A hand's outline is its palm and each finger bone, grown by a finger's half
+width (the landmarks are the joints' centres): the face between spread fingers, or between the thumb and
+the index, is not the hand's.
 
 Cost: the palm detector is ~15 ms and the landmarks ~5 ms on this CPU, so on a face track they do not run
 every frame: with no hand found, the palm search runs every `SEARCH_FRAMES` frames, or sooner when the
@@ -16,6 +17,7 @@ hand in some frames, one over the mouth) is held for `HOLD_FRAMES`, moving on as
 searched for every frame. A still image (no track) is searched every time, at both squares.
 """
 
+import itertools
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -48,6 +50,8 @@ REFOUND_REACH = 1.0  # a hand found this near a held one (in wrist-to-knuckle le
 HOLD_FRAMES = 12  # a hand not found is held (moving on as it moved, slowing down) this many frames
 HOLD_DAMPING = 0.7  # of its last motion per frame held
 FINGER_HALF_WIDTH = 0.12  # of the wrist to middle-finger knuckle length
+PALM = (0, 1, 2, 5, 9, 13, 17)  # the wrist, the thumb's base and the knuckles (MediaPipe's 21 points)
+FINGERS = ((1, 2, 3, 4), (5, 6, 7, 8), (9, 10, 11, 12), (13, 14, 15, 16), (17, 18, 19, 20))
 
 
 @dataclass
@@ -62,14 +66,22 @@ class HandTrack:
     searches: int = 0  # palm searches run (the bench, the tests)
 
 
-def outline(hand: Hand) -> Points:
-    """The hand's convex hull grown by a finger's half width, [K, 2] frame px."""
+def outline(hand: Hand) -> list[Points]:
+    """The hand as convex pieces, [K, 2] frame px each: the palm's hull and one hull per finger bone,
+    grown by a finger's half width (the landmarks are the joints' centres). One hull of the whole hand
+    took the face between the thumb and the fingers along: a hand over a fifth to 30 % of a face's oval
+    counted as half of it, and the swap began to fade out."""
     points = hand.points[:, :2].astype(np.float32)
     grow = FINGER_HALF_WIDTH * float(np.linalg.norm(points[9] - points[0]))
     angles = np.linspace(0.0, 2.0 * np.pi, 12, endpoint=False)
     ring = np.stack([np.cos(angles), np.sin(angles)], axis=1).astype(np.float32) * grow
-    grown = (points[:, None, :] + ring[None]).reshape(-1, 2)
-    return np.asarray(cv2.convexHull(grown), np.float32).reshape(-1, 2)
+    pieces = [list(PALM)] + [[a, b] for finger in FINGERS for a, b in itertools.pairwise(finger)]
+    return [
+        np.asarray(
+            cv2.convexHull((points[piece][:, None, :] + ring[None]).reshape(-1, 2)), np.float32
+        ).reshape(-1, 2)
+        for piece in pieces
+    ]
 
 
 def _centre(hand: Hand) -> NDArray[np.float32]:
@@ -179,13 +191,13 @@ class FaceHands:
         return Hand(points, found.presence, hand.palm_score)
 
     def outlines(self, frame: object, box: NDArray[np.float32], track: HandTrack | None) -> list[Points]:
-        """The grown outlines (frame px) of the hands in front of the face in `box`; with a track, at
-        the track's cadence."""
+        """The grown outlines (frame px, convex pieces: `outline`) of the hands in front of the face in
+        `box`; with a track, at the track's cadence."""
         if track is None:  # a still image: every square
             for growth in CROP_GROWTHS:
                 hands = self.search(frame, box, growth)
                 if hands:
-                    return [outline(hand) for hand in hands]
+                    return [piece for hand in hands for piece in outline(hand)]
             return []
         thumbnail = self._thumbnail(frame, box)
         track.frames_since_search += 1
@@ -218,7 +230,7 @@ class FaceHands:
             track.held_frames += 1
         else:
             track.hands, track.velocity = [], []
-        return [outline(hand) for hand in track.hands]
+        return [piece for hand in track.hands for piece in outline(hand)]
 
     @staticmethod
     def _thumbnail(frame: object, box: NDArray[np.float32]) -> NDArray[np.float32] | None:

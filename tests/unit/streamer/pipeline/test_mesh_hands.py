@@ -28,6 +28,9 @@ def upright_hand(centre: tuple[float, float] = (150.0, 130.0), presence: float =
     return Hand(points, presence, 0.8)
 
 
+HAND_PIECES = 1 + 3 * 5  # a hand's outline: its palm and the three bones of each finger
+
+
 class ScriptedFinder:
     """Finds `hand` (or nothing) with the palm detector; the landmark model reports `hand` with
     `presence` while `follows` says so."""
@@ -89,14 +92,14 @@ def test_a_found_hand_is_followed_then_held_a_bounded_time_then_dropped() -> Non
     box = np.array([0.0, 0.0, 60.0, 60.0], np.float32)
     finder = ScriptedFinder(upright_hand())
     hands, track = FaceHands(finder), HandTrack()  # type: ignore[arg-type]
-    assert len(hands.outlines(FRAME, box, track)) == 1 and finder.searches == 1
+    assert len(hands.outlines(FRAME, box, track)) == HAND_PIECES and finder.searches == 1
     for _ in range(5):
-        assert len(hands.outlines(FRAME, box, track)) == 1
+        assert len(hands.outlines(FRAME, box, track)) == HAND_PIECES
     assert finder.searches == 1  # followed by the landmark model alone
     finder.follows = False
     finder.hand = None  # gone: neither followed nor found
     held = [len(hands.outlines(FRAME, box, track)) for _ in range(mesh_hands.HOLD_FRAMES + 2)]
-    assert held[: mesh_hands.HOLD_FRAMES] == [1] * mesh_hands.HOLD_FRAMES and held[-1] == 0
+    assert held[: mesh_hands.HOLD_FRAMES] == [HAND_PIECES] * mesh_hands.HOLD_FRAMES and held[-1] == 0
     assert finder.searches > mesh_hands.HOLD_FRAMES  # searched for every frame while held
 
 
@@ -106,7 +109,30 @@ def test_a_hand_newly_found_needs_a_high_presence_and_a_still_is_searched_every_
     assert FaceHands(doubtful).outlines(FRAME, box, None) == []  # type: ignore[arg-type]
     assert doubtful.searches == len(mesh_hands.CROP_GROWTHS)  # a still: every square
     sure = ScriptedFinder(upright_hand())
-    assert len(FaceHands(sure).outlines(FRAME, box, None)) == 1  # type: ignore[arg-type]
+    assert len(FaceHands(sure).outlines(FRAME, box, None)) == HAND_PIECES  # type: ignore[arg-type]
+
+
+def filled(pieces: list[np.ndarray]) -> np.ndarray:
+    inside = np.zeros((240, 320), np.uint8)
+    for piece in pieces:
+        cv2.fillPoly(inside, [np.round(piece).astype(np.int32)], 1)
+    return inside
+
+
+def test_the_outline_leaves_the_face_between_the_thumb_and_the_fingers() -> None:
+    """The thumb spread out to the side: the skin in the crook between it and the index finger is the
+    face's, not the hand's (one hull of the whole hand took it, and a hand over 30 % of a face's oval
+    counted as half of it); the thumb and the fingers themselves are covered."""
+    hand = upright_hand()
+    x, y = 150.0, 130.0
+    for joint in range(1, 4):  # the thumb's joints, out to the left and up
+        hand.points[1 + joint, :2] = (x - 16.0 - 9.0 * joint, y + 5.0 - 6.0 * joint)
+    inside = filled(outline(hand))
+    tip, index_tip = hand.points[4, :2], hand.points[8, :2]
+    crook = (tip + index_tip) / 2.0
+    assert inside[int(crook[1]), int(crook[0])] == 0
+    for point in hand.points[:, :2]:
+        assert inside[round(float(point[1])), round(float(point[0]))] == 1
 
 
 def test_the_follow_region_holds_the_hand_fingers_up_and_the_outline_covers_its_fingers() -> None:
@@ -116,8 +142,7 @@ def test_the_follow_region_holds_the_hand_fingers_up_and_the_outline_covers_its_
     assert (crop > 20).all() and (crop < 204).all()  # all inside, with a margin
     assert crop[12, 1] < crop[0, 1]  # the middle fingertip above the wrist
     assert abs(float(crop[:, 0].mean()) - 112.0) < 30.0
-    shape = outline(hand)
-    inside = cv2.fillPoly(np.zeros((240, 320), np.uint8), [np.round(shape).astype(np.int32)], 1)
+    inside = filled(outline(hand))
     # the outline reaches past the outer fingers by about a finger's half width
     grow = mesh_hands.FINGER_HALF_WIDTH * float(np.linalg.norm(hand.points[9, :2] - hand.points[0, :2]))
     assert inside[130, int(hand.points[1, 0] - 0.8 * grow)] == 1
