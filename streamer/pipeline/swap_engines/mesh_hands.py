@@ -43,6 +43,7 @@ SEARCH_FRAMES = 60  # a track with no hand is searched this often...
 THUMB = 8  # ...or when a cell of the face box's THUMB x THUMB thumbnail...
 THUMB_INSET = 0.1  # (of the box's inner part, less this share each side...
 THUMB_SAMPLES = 8  # ...from this many px along a cell's side)
+THUMB_STEPS = 3  # ...kept in thirds of a cell, so the box may have slid a third of a cell since...
 CHANGE_LEVELS = 32.0  # ...changes by more than this since the last search...
 SEARCH_GAP = 3  # ...and this many frames have passed (a head moving about would search every frame)
 FOLLOW_SCALE, FOLLOW_SHIFT = 2.0, -0.1  # MediaPipe's hand-landmarks-to-region transform
@@ -206,7 +207,7 @@ class FaceHands:
             track.thumbnail is not None
             and thumbnail is not None
             and track.frames_since_search >= SEARCH_GAP
-            and float(np.abs(thumbnail - track.thumbnail).max()) > CHANGE_LEVELS
+            and thumbnail_change(thumbnail, track.thumbnail) > CHANGE_LEVELS
         )
         found = [hand for hand in (self.follow(frame, hand) for hand in track.hands) if hand is not None]
         # a hand that slipped from its region (or one held) is searched for again at once
@@ -234,8 +235,9 @@ class FaceHands:
 
     @staticmethod
     def _thumbnail(frame: object, box: NDArray[np.float32]) -> NDArray[np.float32] | None:
-        """The grey THUMB x THUMB thumbnail of the face box's inner part (the background at its edges
-        shifts with every move of the box, a hand coming in crosses the face), from a grid of
+        """The grey thumbnail of the face box's inner part (the background at its edges shifts with
+        every move of the box, a hand coming in crosses the face), THUMB x THUMB cells in THUMB_STEPS
+        steps each way (`thumbnail_change` compares two), from a grid of
         THUMB_SAMPLES x THUMB_SAMPLES pixels per cell (every second pixel of a 480p face's box, every
         fifth of a 720p close-up's): a sparser grid aliases the face's fine detail, and a head moving a
         pixel in its box read as a sudden change (4 samples a cell: 33-37 levels every 22 frames of
@@ -248,8 +250,28 @@ class FaceHands:
             return None
         step = max(1, min(x2 - x1, y2 - y1) // (THUMB_SAMPLES * THUMB))
         sparse = np.ascontiguousarray(to_host(frame[y1:y2:step, x1:x2:step]))  # type: ignore[index]
-        thumb = cv2.resize(sparse, (THUMB, THUMB), interpolation=cv2.INTER_AREA)
+        side = THUMB * THUMB_STEPS
+        thumb = cv2.resize(sparse, (side, side), interpolation=cv2.INTER_AREA)
         return np.asarray(thumb, np.float32).mean(axis=2)
+
+
+def _cells(thumbnail: NDArray[np.float32], dy: int = 0, dx: int = 0) -> NDArray[np.float32]:
+    """The THUMB x THUMB cell means of a thumbnail moved by (dy, dx) steps, its edge repeated."""
+    padded = np.pad(thumbnail, 1, mode="edge")
+    moved = padded[1 + dy : 1 + dy + thumbnail.shape[0], 1 + dx : 1 + dx + thumbnail.shape[1]]
+    return moved.reshape(THUMB, THUMB_STEPS, THUMB, THUMB_STEPS).mean(axis=(1, 3))
+
+
+def thumbnail_change(current: NDArray[np.float32], reference: NDArray[np.float32]) -> float:
+    """The largest change of a cell's mean since `reference`, where the reference may have slid by up
+    to a step (a third of a cell) any way: the face box lags or jitters a few px against the face,
+    most at a reduced swap share (every fifth frame of the bench's panning face: 40-45 levels in the
+    cell at an eye or the hairline, past CHANGE_LEVELS, a palm search in one swapped frame of eight;
+    allowing the slide: 26-32), while a hand coming in changes its cells however they are aligned."""
+    cells = _cells(current)
+    return min(
+        float(np.abs(cells - _cells(reference, dy, dx)).max()) for dy in (-1, 0, 1) for dx in (-1, 0, 1)
+    )
 
 
 def load_face_hands(store: ModelStore, session: Callable[[str], object]) -> "FaceHands | None":
