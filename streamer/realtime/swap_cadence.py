@@ -20,10 +20,10 @@ it admitted, and looks at how busy the worker was:
   `b x higher share / share` under `raise_below_busy`: up to the highest such share (a call that
   joined at a low share climbs back in one move, not one step per `windows_to_raise`), but never past
   the share it last fell from (that share failed, whatever the projection from a lightly loaded low
-  share says), and from `one_step_from` up only to the next share. Projecting the load keeps the
-  cadence from flapping between two steps; where the projection was wrong (a raise undone within
-  `failed_raise_windows`), the next raise waits twice as many windows, up to `max_windows_to_raise`,
-  and goes one step only, whatever the share, until a new load. Two windows are enough otherwise: the first share after a load spike (three
+  share says), and from `one_step_from` up only to the next share. Projecting the
+  load keeps the cadence from flapping between two steps; where the projection was wrong (a raise
+  undone within `failed_raise_windows`), the next raise waits twice as many windows, up to
+  `max_windows_to_raise`. Two windows are enough otherwise: the first share after a load spike (three
   calls starting at once, at full working size before the strain halves the swap's cost,
   streamer/transport/encoder_effort.py) is far below what the worker then manages.
 A window in which the worker spent more than `stalled_above` of its time on other calls than frames
@@ -176,11 +176,8 @@ class SwapCadence:
             # 2/3 fell to 2/5 on a loaded second, 2/5 idled at 32 % busy and projected 3/4 at 60 %: the
             # jump was undone within a second and the step down went to 1/2 (a three-call bench log)
             fitting = [share for share in fitting if share <= self._fell_from]
-        if self.share >= policy.one_step_from or self._windows_to_raise > policy.windows_to_raise:
-            # only the next step up, if it fits; below 1/2 too once a raise was undone (1/6 projected
-            # 1/3 at 76 % busy and was undone at 86-90 %, four times in one A/B's logs: the encoders'
-            # work grows with the share as well, so a jump's projection errs most)
-            fitting = fitting[-1:]
+        if self.share >= policy.one_step_from:
+            fitting = fitting[-1:]  # only the next step up, if it fits
         up = fitting[0] if fitting else None
         roomy = up is not None and ratio >= policy.raise_above_returned
         self._roomy_windows = self._roomy_windows + 1 if roomy else 0

@@ -214,28 +214,6 @@ def test_a_raise_the_load_undoes_makes_the_next_raise_wait_longer() -> None:
     assert windows_until_raised() == waits[0]
 
 
-def test_after_a_raise_the_load_undid_a_raise_from_a_low_share_is_one_step() -> None:
-    """Three calls on a slow machine: at 1/6 the worker was 38 % busy, so 1/3 projected 76 % and the
-    cadence jumped there; at 1/3 it was 86-90 % busy and the raise was undone, back to 1/6 (four times
-    in one A/B's logs). The next raise goes one step, to 1/5, not to 1/3 or 1/4 again."""
-    clock = Clock()
-    cadence = make(clock)
-    for _ in range(3):
-        run_window(cadence, clock, 36, swapped_share=0.2, busy=1.0)
-    assert cadence.share == Fraction(1, 6)
-    for _ in range(CadencePolicy().windows_to_raise + 1):
-        run_window(cadence, clock, 36, swapped_share=1.0, busy=0.38)
-    assert cadence.share == Fraction(1, 3)  # the jump, as the projection allows
-    for _ in range(3):
-        run_window(cadence, clock, 36, swapped_share=0.6, busy=0.88)
-    assert cadence.share == Fraction(1, 6)  # undone
-    for _ in range(4 * CadencePolicy().windows_to_raise):
-        run_window(cadence, clock, 36, swapped_share=1.0, busy=0.38)
-        if cadence.share != Fraction(1, 6):
-            break
-    assert cadence.share == Fraction(1, 5)  # one step (1/3 would project 76 %, 1/4 57 %)
-
-
 def test_a_window_the_worker_spent_on_other_calls_is_not_judged() -> None:
     """Three calls joining at once: their sources are prepared and their streams set up on the worker
     while their first frames wait. That window says nothing about the frame load."""
