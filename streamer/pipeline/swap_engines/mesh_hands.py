@@ -53,6 +53,8 @@ HOLD_DAMPING = 0.7  # of its last motion per frame held
 FINGER_HALF_WIDTH = 0.12  # of the wrist to middle-finger knuckle length
 PALM = (0, 1, 2, 5, 9, 13, 17)  # the wrist, the thumb's base and the knuckles (MediaPipe's 21 points)
 FINGERS = ((1, 2, 3, 4), (5, 6, 7, 8), (9, 10, 11, 12), (13, 14, 15, 16), (17, 18, 19, 20))
+# an outline's convex pieces: the palm, then each finger bone (its two joints)
+PIECES = (PALM, *(bone for finger in FINGERS for bone in itertools.pairwise(finger)))
 
 
 @dataclass
@@ -76,12 +78,11 @@ def outline(hand: Hand) -> list[Points]:
     grow = FINGER_HALF_WIDTH * float(np.linalg.norm(points[9] - points[0]))
     angles = np.linspace(0.0, 2.0 * np.pi, 12, endpoint=False)
     ring = np.stack([np.cos(angles), np.sin(angles)], axis=1).astype(np.float32) * grow
-    pieces = [list(PALM)] + [[a, b] for finger in FINGERS for a, b in itertools.pairwise(finger)]
     return [
         np.asarray(
-            cv2.convexHull((points[piece][:, None, :] + ring[None]).reshape(-1, 2)), np.float32
+            cv2.convexHull((points[list(piece)][:, None, :] + ring[None]).reshape(-1, 2)), np.float32
         ).reshape(-1, 2)
-        for piece in pieces
+        for piece in PIECES
     ]
 
 
@@ -255,11 +256,9 @@ class FaceHands:
         return np.asarray(thumb, np.float32).mean(axis=2)
 
 
-def _cells(thumbnail: NDArray[np.float32], dy: int = 0, dx: int = 0) -> NDArray[np.float32]:
-    """The THUMB x THUMB cell means of a thumbnail moved by (dy, dx) steps, its edge repeated."""
-    padded = np.pad(thumbnail, 1, mode="edge")
-    moved = padded[1 + dy : 1 + dy + thumbnail.shape[0], 1 + dx : 1 + dx + thumbnail.shape[1]]
-    return moved.reshape(THUMB, THUMB_STEPS, THUMB, THUMB_STEPS).mean(axis=(1, 3))
+def cells(thumbnail: NDArray[np.float32]) -> NDArray[np.float32]:
+    """The THUMB x THUMB cell means of a thumbnail (`FaceHands._thumbnail`)."""
+    return thumbnail.reshape(THUMB, THUMB_STEPS, THUMB, THUMB_STEPS).mean(axis=(1, 3))
 
 
 def thumbnail_change(current: NDArray[np.float32], reference: NDArray[np.float32]) -> float:
@@ -268,9 +267,13 @@ def thumbnail_change(current: NDArray[np.float32], reference: NDArray[np.float32
     most at a reduced swap share (every fifth frame of the bench's panning face: 40-45 levels in the
     cell at an eye or the hairline, past CHANGE_LEVELS, a palm search in one swapped frame of eight;
     allowing the slide: 26-32), while a hand coming in changes its cells however they are aligned."""
-    cells = _cells(current)
+    now = cells(current)
+    padded = np.pad(reference, 1, mode="edge")  # a slide past the edge repeats it
+    height, width = reference.shape
     return min(
-        float(np.abs(cells - _cells(reference, dy, dx)).max()) for dy in (-1, 0, 1) for dx in (-1, 0, 1)
+        float(np.abs(now - cells(padded[dy : dy + height, dx : dx + width])).max())
+        for dy in range(3)
+        for dx in range(3)
     )
 
 

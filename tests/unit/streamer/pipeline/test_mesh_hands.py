@@ -8,7 +8,7 @@ import numpy as np
 
 from models.hands import Hand, Palm, roi_matrix
 from streamer.pipeline.swap_engines import mesh_hands
-from streamer.pipeline.swap_engines.mesh_hands import FaceHands, HandTrack, outline, thumbnail_change
+from streamer.pipeline.swap_engines.mesh_hands import FaceHands, HandTrack, cells, outline, thumbnail_change
 
 FRAME = np.full((240, 320, 3), 120, np.uint8)
 BOX = np.array([100.0, 60.0, 200.0, 180.0], np.float32)
@@ -95,8 +95,7 @@ def test_a_box_sliding_a_few_px_against_the_face_is_no_sudden_change() -> None:
     slid = np.roll(face, 3, axis=1)  # the box 3 px off: the eye's cell mean changes by 36 levels
     before, after = FaceHands._thumbnail(face, BOX), FaceHands._thumbnail(slid, BOX)
     assert before is not None and after is not None
-    cell_means = (before.reshape(8, 3, 8, 3).mean(axis=(1, 3)), after.reshape(8, 3, 8, 3).mean(axis=(1, 3)))
-    assert float(np.abs(cell_means[1] - cell_means[0]).max()) > mesh_hands.CHANGE_LEVELS  # cell by cell
+    assert float(np.abs(cells(after) - cells(before)).max()) > mesh_hands.CHANGE_LEVELS  # cell by cell
     assert thumbnail_change(after, before) <= mesh_hands.CHANGE_LEVELS
     covered = face.copy()
     covered[120:170, 110:150] = 200  # a pale hand over the lower face
