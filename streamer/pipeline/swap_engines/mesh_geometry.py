@@ -15,7 +15,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from gpu_ops.mesh_warp import build_remap
-from gpu_ops.working_resolution import scale_mesh, working_size
+from gpu_ops.working_resolution import scale_mesh, whole_factor, working_size
 from models import face_mesh_topology as topology
 from streamer.pipeline.swap_engines.mesh_source import BLANK_TEXEL
 
@@ -46,6 +46,39 @@ def paste_box(mesh: NDArray[np.float32], frame_width: int, frame_height: int) ->
     return x1, y1, max(x1, x2), max(y1, y2)
 
 
+def working_box(
+    mesh: NDArray[np.float32], frame_size: tuple[int, int], working_px: int | None, *, on_device: bool = False
+) -> tuple[PasteBox, tuple[int, int] | None]:
+    """The paste box and the (w, h) its region is swapped at (None: as it is). A box a whole factor k
+    above the cap is grown to a multiple of k and swapped at 1/k, where the shrink is a plain block mean
+    (gpu_ops.working_resolution.whole_factor); else at the fractional working size."""
+    box = paste_box(mesh, *frame_size)
+    size = (box[2] - box[0], box[3] - box[1])
+    if on_device or min(size) < 2:
+        return box, None
+    factor = whole_factor(size, working_px)
+    if factor is not None and (widened := widened_to_multiple(box, factor, *frame_size)) is not None:
+        return widened, ((widened[2] - widened[0]) // factor, (widened[3] - widened[1]) // factor)
+    return box, working_size(size, working_px)
+
+
+def widened_to_multiple(box: PasteBox, factor: int, frame_width: int, frame_height: int) -> PasteBox | None:
+    """`box` grown by under `factor` px a side so its width and height are multiples of `factor`
+    (towards the far edge, or the near one at the frame's edge); None when the frame has no room."""
+    x1, y1, x2, y2 = box
+    x1, x2 = _widened(x1, x2, factor, frame_width)
+    y1, y2 = _widened(y1, y2, factor, frame_height)
+    if (x2 - x1) % factor or (y2 - y1) % factor:
+        return None
+    return x1, y1, x2, y2
+
+
+def _widened(low: int, high: int, factor: int, limit: int) -> tuple[int, int]:
+    grow = -(high - low) % factor
+    far = min(grow, limit - high)
+    return max(0, low - (grow - far)), high + far
+
+
 def face_geometry(
     mesh: NDArray[np.float32],
     frame_size: tuple[int, int],
@@ -57,12 +90,11 @@ def face_geometry(
     """The geometry of the face with `mesh` in a (w, h) frame, the field warping the source's
     triangles onto it included. `on_device`: the field in CuPy, and never at a working size (the device
     path has the headroom, docs/gpu.md)."""
-    box = paste_box(mesh, *frame_size)
+    box, working = working_box(mesh, frame_size, working_px, on_device=on_device)
     x1, y1, x2, y2 = box
     local = np.array(mesh, np.float32, copy=True)
     local[:, :2] -= np.array([x1, y1], np.float32)
     size = (x2 - x1, y2 - y1)
-    working = None if on_device or min(size) < 2 else working_size(size, working_px)
     region_mesh = local if working is None else scale_mesh(local, size, working)
     field = None
     if min(size) >= 2:

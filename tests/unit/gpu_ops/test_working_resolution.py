@@ -9,9 +9,11 @@ from gpu_ops.errors import InvalidInputError
 from gpu_ops.working_resolution import (
     SLACK,
     UPSAMPLING,
+    WHOLE_FLOOR,
     composite_working_resolution,
     scale_mesh,
     shrink,
+    whole_factor,
     working_size,
 )
 
@@ -86,3 +88,21 @@ def test_mesh_points_land_where_cv2_resize_puts_their_pixel() -> None:
         centroid = ((window * cols).sum() / window.sum(), (window * rows).sum() / window.sum())
         assert abs(centroid[0] - sx) < 0.05 and abs(centroid[1] - sy) < 0.05
     np.testing.assert_allclose(scaled[:, 2], points[:, 2] * 0.5)
+
+
+def test_a_box_near_a_whole_multiple_of_the_cap_is_shrunk_by_that_factor() -> None:
+    """A whole factor where it lands the box between WHOLE_FLOOR and SLACK times the cap; none within the
+    cap's slack, none where the nearest whole factor would shrink the face too far."""
+    assert whole_factor((450, 520), 288) == 2  # a 720p close-up: 260 px
+    assert whole_factor((690, 790), 288) == 3  # a 1080p close-up: 263 px
+    assert whole_factor((300, 250), 288) is None  # swapped as it is
+    assert whole_factor((400, 380), 288) is None  # 200 px would be under 0.8 x 288: fractional
+    assert whole_factor((450, 520), None) is None
+    assert 288 * WHOLE_FLOOR <= 520 / 2 <= 288 * SLACK
+
+
+def test_a_whole_factor_shrink_is_the_block_mean() -> None:
+    region = textured(520, 450)
+    small = shrink(region, (225, 260)).astype(np.float64)
+    blocks = region.reshape(260, 2, 225, 2, 3).astype(np.float64).mean(axis=(1, 3))
+    assert np.abs(small - blocks).max() <= 0.5 + 1e-9
