@@ -234,10 +234,11 @@ def rgb_to_i420_cpu(
             + ((coefficients.luma_offset << shift) + (1 << (shift - 1)))
         )
         y = np.clip(luma >> shift, 0, 255).astype(np.uint8)
-    # 2x2 block sums, exactly: INTER_AREA halving of float32 is (a+b+c+d)*0.25, exact for integers <= 1020,
-    # and 10x faster than a NumPy strided reduction.
-    block_means = cv2.resize(rgb.astype(np.float32), (width // 2, height // 2), interpolation=cv2.INTER_AREA)
-    block_sums = (block_means * 4.0).astype(np.int32)
+    # 2x2 block sums, exactly: OpenCV's INTER_AREA halving of 16-bit samples is (a+b+c+d+2)>>2, the sum
+    # itself for samples scaled by 4; 10x faster than a NumPy strided reduction, 2.5x the float32 halving
+    quadrupled = rgb.astype(np.uint16)
+    quadrupled <<= 2
+    block_sums = cv2.resize(quadrupled, (width // 2, height // 2), interpolation=cv2.INTER_AREA).astype(np.int32)
     red, green, blue = block_sums[..., 0], block_sums[..., 1], block_sums[..., 2]
     rounding = (128 << (shift + 2)) + (1 << (shift + 1))  # sums of 4 samples: two more bits of shift
     u = (

@@ -7,6 +7,7 @@ import pytest
 from gpu_ops.backend import cupy_available
 from gpu_ops.colorspace import (
     _LUMA_RED_BLUE,
+    FIXED_POINT_SHIFT,
     i420_to_rgb,
     i420_to_rgb_cpu,
     nv12_to_rgb_cpu,
@@ -150,6 +151,29 @@ def test_rgb_to_i420_luma_equals_opencv_and_chroma_is_block_average() -> None:
     assert np.abs(u - expected_u).max() <= 0.51
     assert np.abs(v - expected_v).max() <= 0.51
     assert (u.shape, v.shape) == ((32, 40), (32, 40))
+
+
+@pytest.mark.parametrize(("colorspace", "full_range"), [("bt601", False), ("bt709", False), ("bt709", True)])
+def test_rgb_to_i420_chroma_is_the_fixed_point_formula_on_exact_block_sums(
+    colorspace: str, full_range: bool
+) -> None:
+    """Bit for bit what the device kernel computes: each chroma sample from its 2x2 block's exact sum
+    (a rounded block mean would be off by up to a level on some samples), saturated blocks included."""
+    rng = np.random.default_rng(11)
+    rgb = rng.integers(0, 256, (96, 130, 3), dtype=np.uint8)
+    rgb[:8] = 255
+    rgb[8:16] = 0
+    rgb[16:24, :, 0] = 255
+    _, u, v = rgb_to_i420_cpu(rgb, colorspace=colorspace, full_range=full_range)  # type: ignore[arg-type]
+    sums = rgb.astype(np.int64).reshape(48, 2, 65, 2, 3).sum(axis=(1, 3))
+    c = rgb_to_yuv_coefficients(colorspace, full_range)  # type: ignore[arg-type]
+    shift = FIXED_POINT_SHIFT + 2
+    rounding = (128 << shift) + (1 << (shift - 1))
+    red, green, blue = sums[..., 0], sums[..., 1], sums[..., 2]
+    expected_u = (c.red_to_u * red + c.green_to_u * green + c.blue_to_u * blue + rounding) >> shift
+    expected_v = (c.red_to_v * red + c.green_to_v * green + c.blue_to_v * blue + rounding) >> shift
+    np.testing.assert_array_equal(u, np.clip(expected_u, 0, 255))
+    np.testing.assert_array_equal(v, np.clip(expected_v, 0, 255))
 
 
 @pytest.mark.parametrize(("colorspace", "full_range"), [("bt709", False), ("bt709", True), ("bt601", True)])
