@@ -44,6 +44,7 @@ THUMB = 8  # ...or when a cell of the face box's THUMB x THUMB thumbnail...
 THUMB_INSET = 0.1  # (of the box's inner part, less this share each side...
 THUMB_SAMPLES = 8  # ...from this many px along a cell's side)
 THUMB_STEPS = 3  # ...kept in thirds of a cell, so the box may have slid a third of a cell since...
+THUMB_SLIDE = 1  # ...(this many of those steps any way)...
 CHANGE_LEVELS = 32.0  # ...changes by more than this since the last search...
 SEARCH_GAP = 3  # ...and this many frames have passed (a head moving about would search every frame)
 FOLLOW_SCALE, FOLLOW_SHIFT = 2.0, -0.1  # MediaPipe's hand-landmarks-to-region transform
@@ -263,17 +264,18 @@ def cells(thumbnail: NDArray[np.float32]) -> NDArray[np.float32]:
 
 def thumbnail_change(current: NDArray[np.float32], reference: NDArray[np.float32]) -> float:
     """The largest change of a cell's mean since `reference`, where the reference may have slid by up
-    to a step (a third of a cell) any way: the face box lags or jitters a few px against the face,
+    to THUMB_SLIDE steps (a third of a cell) any way: the face box lags or jitters a few px against the face,
     most at a reduced swap share (every fifth frame of the bench's panning face: 40-45 levels in the
     cell at an eye or the hairline, past CHANGE_LEVELS, a palm search in one swapped frame of eight;
     allowing the slide: 26-32), while a hand coming in changes its cells however they are aligned."""
     now = cells(current)
-    padded = np.pad(reference, 1, mode="edge")  # a slide past the edge repeats it
+    padded = np.pad(reference, THUMB_SLIDE, mode="edge")  # a slide past the edge repeats it
     height, width = reference.shape
+    offsets = range(2 * THUMB_SLIDE + 1)
     return min(
         float(np.abs(now - cells(padded[dy : dy + height, dx : dx + width])).max())
-        for dy in range(3)
-        for dx in range(3)
+        for dy in offsets
+        for dx in offsets
     )
 
 
