@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.structure.import_graph import collapse, import_graph, project_modules
+from tests.structure.import_graph import collapse, import_graph, parse_module, project_modules
 
 OUTPUT = Path(__file__).resolve().parent.parent / "docs" / "images" / "architecture.svg"
 
@@ -82,7 +82,7 @@ def check_stages(modules: dict[str, Path]) -> None:
         if module not in modules:
             raise SystemExit(f"stage {stage.what!r}: no module {module}")
         if symbol:
-            tree = ast.parse(modules[module].read_text())
+            tree = parse_module(modules[module])
             names = {
                 node.name
                 for node in tree.body
