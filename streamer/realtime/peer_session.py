@@ -36,12 +36,12 @@ from streamer.realtime.swap_cadence import SwapCadence
 from streamer.realtime.worker_lane import InboundFrame, WorkerLane
 from streamer.transport.codec_tuning import prefer_codec, sender_encoding
 from streamer.transport.path_liveness import gap_ended_s_ago, path_state
+from streamer.transport.peer_close import close_peer
 
 logger = logging.getLogger(__name__)
 
 EndedCallback = Callable[[str, str], None]  # (session_id, reason)
 FPS_WINDOW_S = 2.0
-CLOSE_TIMEOUT_S = 5.0  # bound shutdown even if aiortc's close stalls
 
 
 @dataclass(frozen=True)
@@ -355,13 +355,8 @@ class PeerSession:
                 await asyncio.gather(self._reader, return_exceptions=True)
             self._outbound.stop()
             await self.outputs.close()
-            if self._pc is not None:
-                try:
-                    await asyncio.wait_for(self._pc.close(), CLOSE_TIMEOUT_S)
-                except TimeoutError:
-                    logger.warning(
-                        "session %s: peer connection close timed out", self.session_id, extra=self._extra
-                    )
+            if self._pc is not None and not await close_peer(self._pc):
+                logger.warning("session %s: peer connection close timed out", self.session_id, extra=self._extra)
             self._metrics.forget_session(self.session_id)
             logger.info("session %s: closed", self.session_id, extra={**self._extra, "event": "closed"})
         finally:

@@ -29,12 +29,12 @@ from av import VideoFrame
 
 from gpu_ops.errors import LivefuseError
 from streamer.realtime.outbound_track import OutboundTrack
+from streamer.transport.peer_close import close_peer
 
 logger = logging.getLogger(__name__)
 
 MAX_VIEWERS_PER_SESSION = 8
 AUDIO_SLOTS = 4  # 80 ms of 20 ms Opus frames: bursts pass, a stalled reader loses the oldest
-CLOSE_TIMEOUT_S = 5.0  # bound shutdown even if aiortc's close stalls
 
 
 class ViewerLimitError(LivefuseError):
@@ -173,9 +173,7 @@ class SessionOutputs:
             return False
         for track in viewer.tracks:
             track.stop()  # unsubscribes it from the relay
-        try:
-            await asyncio.wait_for(viewer.pc.close(), CLOSE_TIMEOUT_S)
-        except TimeoutError:
+        if not await close_peer(viewer.pc):
             logger.warning("session %s: viewer %s close timed out", self.session_id, viewer_id)
         logger.info(
             "session %s: viewer %s left",

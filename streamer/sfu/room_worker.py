@@ -33,6 +33,7 @@ from streamer.sfu import videoroom
 from streamer.sfu.janus_api import JanusAuth, JanusError, JanusHandle, JanusSession, JanusUnreachable
 from streamer.sfu.videoroom import Participant, RoomError
 from streamer.transport.codec_tuning import prefer_codec
+from streamer.transport.peer_close import close_peer
 
 logger = logging.getLogger(__name__)
 
@@ -299,5 +300,6 @@ class RoomWorker:
             for sender in link.pc.getSenders():
                 if sender.track is not None:
                     sender.track.stop()  # unsubscribes it from the session's relay
-            await link.pc.close()
+            if not await close_peer(link.pc):
+                logger.warning("room job %s: subscription close timed out", self.job_id, extra=self._extra)
         await self._registry.end(link.session.session_id)
