@@ -46,6 +46,11 @@ THUMB_SAMPLES = 8  # ...from this many px along a cell's side)
 THUMB_STEPS = 3  # ...kept in thirds of a cell, so the box may have slid a third of a cell since...
 THUMB_SLIDE = 1  # ...(this many of those steps any way)...
 CHANGE_LEVELS = 32.0  # ...changes by more than this since the last search...
+# ...or by more than this in WATCH_FRAMES checks in a row: a hand rising slowly from below the chin changes
+# the bottom cells by 28-32 for several frames, while the box's jitter against a panning face (40 levels
+# at most, at an eighth of the frames swapped) lasts one check (the bench's panning face: 19-24 at most
+# in a row, at every, every fifth and every eighth frame)
+WATCH_LEVELS, WATCH_FRAMES = 25.0, 2
 SEARCH_GAP = 3  # ...and this many frames have passed (a head moving about would search every frame)
 FOLLOW_SCALE, FOLLOW_SHIFT = 2.0, -0.1  # MediaPipe's hand-landmarks-to-region transform
 REFOUND_REACH = 1.0  # a hand found this near a held one (in wrist-to-knuckle lengths) is that hand
@@ -67,6 +72,7 @@ class HandTrack:
     thumbnail: NDArray[np.float32] | None = None
     velocity: list[NDArray[np.float32]] = field(default_factory=list)  # px per frame, per hand
     held_frames: int = 0  # frames the hands have been held without being found
+    watched: int = 0  # checks in a row the face's look changed by WATCH_LEVELS since the last search
     searches: int = 0  # palm searches run (the bench, the tests)
 
 
@@ -205,17 +211,18 @@ class FaceHands:
         thumbnail = self._thumbnail(frame, box)
         track.frames_since_search += 1
         # against the face's look at the last search, so a hand raised slowly adds up to a change too
-        changed = (
-            track.thumbnail is not None
-            and thumbnail is not None
-            and track.frames_since_search >= SEARCH_GAP
-            and thumbnail_change(thumbnail, track.thumbnail) > CHANGE_LEVELS
+        change = (
+            thumbnail_change(thumbnail, track.thumbnail)
+            if track.thumbnail is not None and thumbnail is not None and track.frames_since_search >= SEARCH_GAP
+            else 0.0
         )
+        track.watched = track.watched + 1 if change > WATCH_LEVELS else 0
+        changed = change > CHANGE_LEVELS or track.watched >= WATCH_FRAMES
         found = [hand for hand in (self.follow(frame, hand) for hand in track.hands) if hand is not None]
         # a hand that slipped from its region (or one held) is searched for again at once
         if not found and (changed or track.hands or track.frames_since_search >= SEARCH_FRAMES):
             found = self.search(frame, box, held=track.hands)
-            track.frames_since_search = 0
+            track.frames_since_search, track.watched = 0, 0
             track.searches += 1
             track.thumbnail = thumbnail
         if found:

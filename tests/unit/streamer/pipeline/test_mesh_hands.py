@@ -102,6 +102,30 @@ def test_a_box_sliding_a_few_px_against_the_face_is_no_sudden_change() -> None:
     assert thumbnail_change(FaceHands._thumbnail(covered, BOX), before) > mesh_hands.CHANGE_LEVELS  # type: ignore[arg-type]
 
 
+def test_a_change_below_the_sudden_level_is_searched_when_it_lasts_not_when_it_flickers() -> None:
+    """A hand rising slowly from below the chin changes the bottom cells by 28-32 levels for several
+    frames (under CHANGE_LEVELS); the box's jitter against a panning face reaches as far for one check.
+    WATCH_FRAMES checks in a row over WATCH_LEVELS start a search, one at a time do not."""
+    level = 28
+    assert mesh_hands.WATCH_LEVELS < level < mesh_hands.CHANGE_LEVELS
+    finder = ScriptedFinder(None)
+    hands, track = FaceHands(finder), HandTrack()  # type: ignore[arg-type]
+    rising = FRAME.copy()
+    rising[156:168, 140:150] += level  # one cell of the box's inner part (10 x 12 px cells from (110, 72))
+    assert thumbnail_change(FaceHands._thumbnail(rising, BOX), FaceHands._thumbnail(FRAME, BOX)) > level - 1  # type: ignore[arg-type]
+    hands.outlines(FRAME, BOX, track)
+    assert finder.searches == 1  # the track's first frame
+    for _ in range(mesh_hands.SEARCH_GAP):
+        hands.outlines(FRAME, BOX, track)
+    for _ in range(3):  # flickering: over the watch level every second check
+        hands.outlines(rising, BOX, track)
+        hands.outlines(FRAME, BOX, track)
+    assert finder.searches == 1
+    for _ in range(mesh_hands.WATCH_FRAMES):
+        hands.outlines(rising, BOX, track)
+    assert finder.searches == 2
+
+
 def test_a_found_hand_is_followed_then_held_a_bounded_time_then_dropped() -> None:
     # (the scripted landmarks are in the search square's px; the frame's are the same here: a box whose
     # square starts at the frame's corner)
