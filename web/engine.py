@@ -103,6 +103,7 @@ class DaemonEngine:
         for swap_engine in getattr(binding.pipeline, "engines", {}).values():
             if hasattr(swap_engine, "add_occlusion_listener"):  # the mesh engine
                 swap_engine.add_occlusion_listener(occluded.inc)
+                swap_engine.add_hand_search_listener(self.metrics.palm_searches.inc)
                 # a smaller working size while the cadence sheds frames (read per frame on the worker)
                 swap_engine.set_strain(lambda: encoder_effort.strained)
         elapsed = loop.time() - started

@@ -109,6 +109,12 @@ class DaemonMetrics:
             "Swapped faces with something in front of them (a hand, a microphone): the target kept it there",
             registry=registry,
         )
+        self.palm_searches = Counter(
+            "livefuse_palm_searches",
+            "Palm searches of the hand check (15-25 ms each on a CPU): per face every 60 frames, sooner when "
+            "the face's look changes, every frame while a hand is lost",
+            registry=registry,
+        )
         self.model_info = Gauge(
             "livefuse_model_info",
             "Engine, provider and models in use (value 1)",

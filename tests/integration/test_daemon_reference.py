@@ -57,6 +57,9 @@ async def test_reference_selects_which_face_is_swapped(models_dir: Path, media_d
     # the mesh engine's occluded faces are counted (the counter is wired to the engine; these faces
     # have nothing in front of them, so it may stay at 0)
     assert "# TYPE livefuse_occluded_faces_total counter" in metrics
+    # the hand check's palm searches too: each new face track starts with one
+    searches = next(line for line in metrics.splitlines() if line.startswith("livefuse_palm_searches_total "))
+    assert float(searches.split()[1]) >= 2, searches
     # and every frame's age as it left each stage, so an operator sees where frames wait
     for stage in ("mailbox", "batch", "swap", "encoder"):
         assert f'livefuse_frame_age_seconds_count{{stage="{stage}"}}' in metrics, stage

@@ -140,6 +140,11 @@ class MeshEngine:
         """Call `listener()` for every face swapped with something in front of it (/metrics)."""
         self._occlusion_listeners.append(listener)
 
+    def add_hand_search_listener(self, listener: Callable[[], None]) -> None:
+        """Call `listener()` for every palm search of the hand check, its costly step (/metrics)."""
+        if self.hands is not None:
+            self.hands.search_listeners.append(listener)
+
     def covered_tracks(self, memory: StreamMemory) -> set[int]:
         """The stream's face tracks whose swap is fading out because something covers most of the face
         (the tracker holds them through it: face_tracker.FaceTracker.hold_covered)."""

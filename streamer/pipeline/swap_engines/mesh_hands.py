@@ -153,6 +153,7 @@ class FaceHands:
 
     def __init__(self, finder: HandFinder) -> None:
         self.finder = finder
+        self.search_listeners: list[Callable[[], None]] = []  # told of every palm search (/metrics)
 
     def search(
         self,
@@ -167,6 +168,8 @@ class FaceHands:
         x0, y0, x1, y1 = _face_square(box, frame.shape, growth)  # type: ignore[attr-defined]
         if x1 - x0 < 8 or y1 - y0 < 8:
             return []
+        for listener in self.search_listeners:
+            listener()
         square = np.ascontiguousarray(to_host(frame[y0:y1, x0:x1]))  # type: ignore[index]
         shift = np.array([x0, y0], np.float32)
         hands = []

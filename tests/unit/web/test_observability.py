@@ -40,6 +40,7 @@ async def test_metrics_is_prometheus_text_with_model_info(client: TestClient) ->
         "livefuse_stage_seconds",
         "livefuse_e2e_latency_seconds",
         "livefuse_occluded_faces_total",
+        "livefuse_palm_searches_total",
     ):
         assert f"# TYPE {family}" in text
 

@@ -56,13 +56,15 @@ class ScriptedFinder:
 def test_without_a_hand_the_palm_search_runs_at_the_cadence_or_on_a_sudden_change() -> None:
     finder = ScriptedFinder(None)
     hands, track = FaceHands(finder), HandTrack()  # type: ignore[arg-type]
+    told: list[None] = []
+    hands.search_listeners.append(lambda: told.append(None))  # /metrics counts through this
     for _ in range(2 * mesh_hands.SEARCH_FRAMES):
         assert hands.outlines(FRAME, BOX, track) == []
     assert finder.searches == 2  # the track's first frame, then once in SEARCH_FRAMES
     changed = FRAME.copy()
     changed[60:180, 100:150] = 250  # a cell of the face box changes by far more than CHANGE_LEVELS
     hands.outlines(changed, BOX, track)
-    assert finder.searches == 3
+    assert finder.searches == 3 and len(told) == 3
 
 
 def test_a_face_moving_a_pixel_in_its_box_is_no_sudden_change() -> None:
