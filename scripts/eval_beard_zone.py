@@ -6,9 +6,11 @@ a tenth of the face height across, four source photos (a goatee and stubble amon
 targets. With `--rule-off` the beard-symmetry rule is off (the patch passes as a beard). With `--floor`
 also the floor no source-side fill can go below: the clean photo prepared on the painted photo's mesh
 (the face mesh bends to the patch by a fraction of a pixel, which alone moves the folds and the mouth
-corner under the patch).
+corner under the patch). With `--fill-only` the other half: the painted photo, found and filled as
+always, but prepared on the clean photo's mesh (what the fill alone costs, the mesh left unbent).
 
     python scripts/eval_beard_zone.py --models-dir MODELS_DIR --media-dir PHOTOS_DIR [--verbose] [--floor]
+        [--fill-only]
 """
 
 import argparse
@@ -62,7 +64,12 @@ def main() -> int:
     parser.add_argument("--media-dir", type=Path, required=True)
     parser.add_argument("--rule-off", action="store_true", help="MeshSourceConfig(beard_symmetry=False)")
     parser.add_argument("--verbose", action="store_true", help="one line per placement")
-    parser.add_argument("--floor", action="store_true", help="also the clean photo on the painted photo's mesh")
+    parser.add_argument(
+        "--floor", action="store_true", help="also the clean photo on the painted photo's mesh"
+    )
+    parser.add_argument(
+        "--fill-only", action="store_true", help="also the painted photo on the clean photo's mesh"
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     logger.setLevel(logging.INFO)
@@ -79,7 +86,7 @@ def main() -> int:
         image = photo(args.media_dir, name)
         targets.append((image, analyse_image(detector, landmarker, image)[0]))
     excess: list[float] = []
-    floor: list[float] = []
+    variants: dict[str, list[float]] = {"mesh floor": [], "fill only": []}
     for source_name in SOURCES:
         image = photo(args.media_dir, source_name)
         mesh = analyse_image(detector, landmarker, image)[0].mesh
@@ -94,8 +101,15 @@ def main() -> int:
                 if len(under) < 4:  # the disc left the face
                     continue
                 patched = engine.prepare_source(painted)
-                jittered = build_mesh_source(image, engine.source_mesh(painted), config.source) if args.floor else None
-                row, floor_row = [], []
+                prepared = {}
+                if args.floor:
+                    prepared["mesh floor"] = build_mesh_source(
+                        image, engine.source_mesh(painted), config.source
+                    )
+                if args.fill_only:
+                    prepared["fill only"] = build_mesh_source(painted, mesh, config.source)
+                row: list[float] = []
+                extra_rows: dict[str, list[float]] = {name: [] for name in prepared}
                 for target, face in targets:
                     assert face.mesh is not None
                     size = (target.shape[1], target.shape[0])
@@ -105,18 +119,24 @@ def main() -> int:
                     with_clean = engine.swap(target, [face], clean, SwapOptions()).astype(np.float64)
                     with_patch = engine.swap(target, [face], patched, SwapOptions())
                     row.append(float(np.abs(with_patch - with_clean).mean(axis=2)[region].mean()))
-                    if jittered is not None:
-                        with_jitter = engine.swap(target, [face], jittered, SwapOptions())
-                        floor_row.append(float(np.abs(with_jitter - with_clean).mean(axis=2)[region].mean()))
+                    for name, source in prepared.items():
+                        with_variant = engine.swap(target, [face], source, SwapOptions())
+                        extra_rows[name].append(
+                            float(np.abs(with_variant - with_clean).mean(axis=2)[region].mean())
+                        )
                 excess += row
-                floor += floor_row
+                for name, variant_row in extra_rows.items():
+                    variants[name] += variant_row
                 if args.verbose:
                     logger.info(
                         "%s %s %s: %s%s", source_name, side, offset, ", ".join(f"{v:.1f}" for v in row),
-                        f" (floor {', '.join(f'{v:.1f}' for v in floor_row)})" if floor_row else "",
+                        "".join(f" ({name} {', '.join(f'{v:.1f}' for v in vs)})" for name, vs in extra_rows.items()),
                     )  # fmt: skip
     label = "rule off" if args.rule_off else "rule on"
-    for name, values in ((f"beard zone, {label}", np.array(excess)), ("mesh floor", np.array(floor))):
+    summaries = [(f"beard zone, {label}", np.array(excess))] + [
+        (name, np.array(v)) for name, v in variants.items()
+    ]
+    for name, values in summaries:
         if len(values):
             logger.info(
                 "%s: %d placements x targets; levels mean %.1f, median %.1f, p90 %.1f, max %.1f; "
