@@ -10,8 +10,9 @@ cheek. So, in the texture crop, before any warp:
    Below the nose, dark is a beard, a moustache, stubble or the shadows of a smile: part of the
    identity, kept where the mirror side of the face is dark as well (a beard is symmetric); dark with
    no mirror-side counterpart (a hand, a microphone on one cheek) or, inside the face, far darker than
-   it (a patch beside a moustache's end, over stubble) is an occluder there too, and so is a colour
-   unlike skin. The eyes, brows, lips and nose are features with masks of their own, never
+   it (a patch over stubble) or with far more dark around it than around its counterpart (a patch
+   joining a moustache's end, where both sides are lit alike) is an occluder there too, and so is a
+   colour unlike skin. The eyes, brows, lips and nose are features with masks of their own, never
    occluders; dark beside them is their own shade, unless below the nose it is part of a one-sided
    dark region found away from them (a patch that reaches the mouth corner goes whole, up to the lips).
 3. Each occluded pixel is filled from the mirrored point of the face (the mesh's own left-right map)
@@ -65,11 +66,16 @@ BEARD_REACH = 0.06  # a beard's counterpart is looked for this far around the mi
 BARE_SKIN = (0.6, 0.9)  # skin score (colour x brightness) of bare skin: from .. to
 DARKER_THAN_MIRROR = (0.15, 0.3)  # darker than the darkest counterpart by (darkness score): from .. to
 DARKER_RULE_DEPTH = 0.15  # ...inside the face: fully this deep in (a jaw's rim is not lit alike)
+# far more dark around a pixel than around its mirrored point (shares of the area at this scale): a
+# patch that joins a moustache's end, whose counterpart is the other end alone; judged only where both
+# sides are lit alike (a side light darkens one half of a moustache)
+MORE_DARK_SCALE, MORE_DARK_THAN_MIRROR = 0.04, (0.25, 0.45)
 FEATURE_CORE = 0.006  # a dark occluder reaching a feature's margin is taken along to within this of it
 FILL_TONE_SIGMA = 0.12  # the scale at which a mirrored fill takes this side's tone
 FILL_GAIN_LIMITS = (0.5, 2.0)
 SIDES_ALIKE = (float(np.log(1.25)), float(np.log(1.5)))  # |log tone gain| between the sides: alike .. not
 PASTE_SOFTNESS = 0.012  # blur of the paste mask's holes
+LOW_FREQUENCY_PX = 6.0  # a tone's blur runs at the scale where its sigma is about this many pixels
 
 
 @dataclass(frozen=True)
@@ -117,10 +123,40 @@ def mirror_field(mesh: Points, size: tuple[int, int]) -> RemapField:
 
 
 def _low_frequency(image: NDArray[np.float32], weights: Mask, sigma: float) -> NDArray[np.float32]:
-    """Weight-normalised blur: the local tone of the weighted pixels, spread into the gaps between them."""
-    weighted = cv2.GaussianBlur(image * weights[..., None], (0, 0), sigma)
-    total = cv2.GaussianBlur(weights, (0, 0), sigma)
-    return np.asarray(weighted / np.maximum(total, 1e-3)[..., None], np.float32)
+    """Weight-normalised blur: the local tone of the weighted pixels, spread into the gaps between them.
+    Blurred at a scale where the blur is a few pixels wide (a 30 px Gaussian at full size took 35 ms)."""
+    size = (image.shape[1], image.shape[0])
+    factor = max(1, int(sigma // LOW_FREQUENCY_PX))
+    small = (max(1, size[0] // factor), max(1, size[1] // factor))
+    weighted = cv2.resize(image * weights[..., None], small, interpolation=cv2.INTER_AREA)
+    total = cv2.resize(weights, small, interpolation=cv2.INTER_AREA)
+    weighted = cv2.GaussianBlur(weighted, (0, 0), sigma * small[0] / size[0])
+    total = cv2.GaussianBlur(total, (0, 0), sigma * small[0] / size[0])
+    tone = weighted / np.maximum(total, 1e-3)[..., None]
+    return np.asarray(cv2.resize(tone, size, interpolation=cv2.INTER_LINEAR), np.float32)
+
+
+def _tone_gain(
+    pixels: NDArray[np.float32],
+    weights: Mask,
+    mirror_pixels: NDArray[np.float32],
+    mirror_weights: Mask,
+    face_height: float,
+) -> NDArray[np.float32]:
+    """This side's local skin tone over the mirror side's, per channel (what a mirrored fill is scaled by)."""
+    sigma = FILL_TONE_SIGMA * face_height
+    gain = (_low_frequency(pixels, weights, sigma) + 6.0) / (
+        _low_frequency(mirror_pixels, mirror_weights, sigma) + 6.0
+    )
+    return np.asarray(np.clip(gain, *FILL_GAIN_LIMITS), np.float32)
+
+
+def _lit_alike(gain: NDArray[np.float32]) -> Mask:
+    """1 where the two sides' tones are near (lit alike), 0 where a side light makes one far darker."""
+    unevenness = np.abs(np.log(gain).mean(axis=2))
+    return np.asarray(
+        1.0 - smoothstep((unevenness - SIDES_ALIKE[0]) / (SIDES_ALIKE[1] - SIDES_ALIKE[0])), np.float32
+    )
 
 
 def _large_regions(crisp: NDArray[np.bool_], face_height: float) -> NDArray[np.bool_]:
@@ -184,8 +220,10 @@ def fill_occluders(
     # below the nose dark is a beard, for a beard is symmetric and a hand or a microphone on one cheek
     # is not: dark is an occluder where the mirror side is bare, lit skin all around the mirrored point
     # (a beard's two sides differ in shade and outline, hence the reach), and inside the face also where
-    # it is far darker than the darkest of the mirror side around it (a patch beside a moustache's end,
-    # over stubble). A mirrored point off the face counts as a counterpart (a turned face's far jaw).
+    # it is far darker than the darkest of the mirror side around it (a patch over stubble) or where far
+    # more of its surroundings are dark than of the mirrored point's (a patch joining a moustache's end,
+    # on a face lit alike both sides). A mirrored point off the face counts as a counterpart (a turned
+    # face's far jaw).
     reach = disc(BEARD_REACH * face_height)
     bare = (scores.chroma * scores.luma).astype(np.float32)
     mirror_bare = smoothstep(
@@ -194,7 +232,20 @@ def fill_occluders(
     counterpart = cv2.dilate(np.maximum(mirrored(dark), 1.0 - mirrored(inside, 1.0)), reach)
     lo, hi = DARKER_THAN_MIRROR
     far_darker = smoothstep(np.asarray((dark - counterpart - lo) / (hi - lo), np.float32))
-    darker = far_darker * feather_inside_cpu(face_region, DARKER_RULE_DEPTH * face_height)
+    scale = MORE_DARK_SCALE * face_height
+    dark_around = cv2.GaussianBlur(dark, (0, 0), scale)
+    mirror_dark_around = cv2.GaussianBlur(mirrored(dark) * mirrored(inside), (0, 0), scale)
+    lo, hi = MORE_DARK_THAN_MIRROR
+    more_dark = smoothstep(np.asarray((dark_around - mirror_dark_around - lo) / (hi - lo), np.float32))
+    pixels = texture.astype(np.float32)
+    mirror_pixels = mirrored(pixels)
+    skin_weights = bare * inside
+    lit_alike = _lit_alike(
+        _tone_gain(pixels, skin_weights, mirror_pixels, mirrored(skin_weights), face_height)
+    )
+    darker = np.maximum(far_darker, more_dark * lit_alike) * feather_inside_cpu(
+        face_region, DARKER_RULE_DEPTH * face_height
+    )
     one_sided = dark * np.maximum(mirror_bare, darker) * facial_hair * np.float32(beard_symmetry)
     dark = dark * (1.0 - facial_hair)
     protected = feather_outside_cpu(features, FEATURE_MARGIN * face_height, FEATURE_FEATHER * face_height)
@@ -212,21 +263,13 @@ def fill_occluders(
     one_sided = _grown(_seeded(one_sided, sockets, face_height), face_height)
     occluded = np.maximum(np.maximum(unlike_skin, darkness) * (1.0 - protected), one_sided * (1.0 - core))
     keep = (1.0 - occluded).astype(np.float32)
-    pixels = texture.astype(np.float32)
     from_mirror = np.zeros_like(keep)
     if fill == "mirror":
-        mirror_pixels, mirror_keep = mirrored(pixels), mirrored(keep)
-        sigma = FILL_TONE_SIGMA * face_height
-        gain = np.clip(
-            (_low_frequency(pixels, keep * inside, sigma) + 6.0)
-            / (_low_frequency(mirror_pixels, mirror_keep * inside, sigma) + 6.0),
-            *FILL_GAIN_LIMITS,
-        )
+        mirror_keep = mirrored(keep)
+        gain = _tone_gain(pixels, keep * inside, mirror_pixels, mirror_keep * inside, face_height)
         # only where both sides are lit alike: under a side light the bright side's highlights and
         # shading, scaled down, make a patchwork of the shaded side (and the identity suffers)
-        unevenness = np.abs(np.log(gain).mean(axis=2))
-        alike = 1.0 - smoothstep((unevenness - SIDES_ALIKE[0]) / (SIDES_ALIKE[1] - SIDES_ALIKE[0]))
-        from_mirror = occluded * mirror_keep * alike
+        from_mirror = occluded * mirror_keep * _lit_alike(gain)
         pixels = pixels * keep[..., None] + mirror_pixels * gain * from_mirror[..., None]
         total = keep + from_mirror
         pixels = np.where(total[..., None] > 1e-3, pixels / np.maximum(total, 1e-3)[..., None], texture)
