@@ -234,7 +234,9 @@ def fill_occluders(
     far_darker = smoothstep(np.asarray((dark - counterpart - lo) / (hi - lo), np.float32))
     scale = MORE_DARK_SCALE * face_height
     dark_around = cv2.GaussianBlur(dark, (0, 0), scale)
-    mirror_dark_around = cv2.GaussianBlur(mirrored(dark) * mirrored(inside), (0, 0), scale)
+    mirror_dark_around = cv2.GaussianBlur(
+        np.maximum(mirrored(dark), 1.0 - mirrored(inside, 1.0)), (0, 0), scale
+    )
     lo, hi = MORE_DARK_THAN_MIRROR
     more_dark = smoothstep(np.asarray((dark_around - mirror_dark_around - lo) / (hi - lo), np.float32))
     pixels = texture.astype(np.float32)
