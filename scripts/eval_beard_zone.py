@@ -85,8 +85,9 @@ def main() -> int:
     for name in TARGETS:
         image = photo(args.media_dir, name)
         targets.append((image, analyse_image(detector, landmarker, image)[0]))
-    excess: list[float] = []
-    variants: dict[str, list[float]] = {"mesh floor": [], "fill only": []}
+    # the painted source as the engine prepares it, and what --floor and --fill-only add beside it
+    main_name = f"beard zone, {'rule off' if args.rule_off else 'rule on'}"
+    results: dict[str, list[float]] = {main_name: [], "mesh floor": [], "fill only": []}
     for source_name in SOURCES:
         image = photo(args.media_dir, source_name)
         mesh = analyse_image(detector, landmarker, image)[0].mesh
@@ -100,16 +101,14 @@ def main() -> int:
                 under = np.flatnonzero(patch[centres[:, 1], centres[:, 0]])
                 if len(under) < 4:  # the disc left the face
                     continue
-                patched = engine.prepare_source(painted)
-                prepared = {}
+                prepared = {main_name: engine.prepare_source(painted)}
                 if args.floor:
                     prepared["mesh floor"] = build_mesh_source(
                         image, engine.source_mesh(painted), config.source
                     )
                 if args.fill_only:
                     prepared["fill only"] = build_mesh_source(painted, mesh, config.source)
-                row: list[float] = []
-                extra_rows: dict[str, list[float]] = {name: [] for name in prepared}
+                rows: dict[str, list[float]] = {name: [] for name in prepared}
                 for target, face in targets:
                     assert face.mesh is not None
                     size = (target.shape[1], target.shape[0])
@@ -117,25 +116,18 @@ def main() -> int:
                         fill_polygons_cpu(size, [face.mesh[t, :2] for t in topology.TRIANGLES[under]]) > 0
                     )
                     with_clean = engine.swap(target, [face], clean, SwapOptions()).astype(np.float64)
-                    with_patch = engine.swap(target, [face], patched, SwapOptions())
-                    row.append(float(np.abs(with_patch - with_clean).mean(axis=2)[region].mean()))
                     for name, source in prepared.items():
-                        with_variant = engine.swap(target, [face], source, SwapOptions())
-                        extra_rows[name].append(
-                            float(np.abs(with_variant - with_clean).mean(axis=2)[region].mean())
-                        )
-                excess += row
-                for name, variant_row in extra_rows.items():
-                    variants[name] += variant_row
+                        swapped = engine.swap(target, [face], source, SwapOptions())
+                        rows[name].append(float(np.abs(swapped - with_clean).mean(axis=2)[region].mean()))
+                for name, row in rows.items():
+                    results[name] += row
                 if args.verbose:
+                    first, *extra = rows.items()
                     logger.info(
-                        "%s %s %s: %s%s", source_name, side, offset, ", ".join(f"{v:.1f}" for v in row),
-                        "".join(f" ({name} {', '.join(f'{v:.1f}' for v in vs)})" for name, vs in extra_rows.items()),
+                        "%s %s %s: %s%s", source_name, side, offset, ", ".join(f"{v:.1f}" for v in first[1]),
+                        "".join(f" ({name} {', '.join(f'{v:.1f}' for v in row)})" for name, row in extra),
                     )  # fmt: skip
-    label = "rule off" if args.rule_off else "rule on"
-    summaries = [(f"beard zone, {label}", np.array(excess))] + [
-        (name, np.array(v)) for name, v in variants.items()
-    ]
+    summaries = [(name, np.array(values)) for name, values in results.items()]
     for name, values in summaries:
         if len(values):
             logger.info(
